@@ -1,0 +1,371 @@
+"""Lecture 5's autodiff framework: a float64 Tensor over numpy with reverse-mode differentiation.
+
+Lecture 6 builds every HW3 module (code/lecture06/transformer.py) from the primitives below and
+nothing else, so this file is the whole engine: read it top to bottom once.
+
+How it works (micrograd's design, with arrays):
+- A Tensor wraps a float64 numpy array. Strides are numpy's own, so `permute` is zero-copy and
+  `view` of a non-contiguous tensor fails exactly where PyTorch's does (notes §3.2).
+- Each primitive computes its output with numpy and attaches a short `_backward` closure that
+  adds the output's gradient, pushed through the local derivative, into its inputs' `.grad`.
+- `backward()` sorts the graph topologically with an explicit stack (no recursion, so a chain of
+  thousands of operations is fine) and runs the closures in reverse order. Gradients accumulate
+  until `zero_grad`, so a tensor used twice receives both contributions.
+- Every primitive call increments `OP_COUNTS[kind]`: each call would be one kernel launch on a
+  GPU, which is what script 03 part 5 counts (notes §8.4).
+
+The primitives (14): add, mul, neg, exp, log, sigmoid, relu, matmul, sum, max (value only,
+treated as a constant), view, permute, contiguous, embedding (gather; backward is scatter-add).
+Subtraction, division by a constant, softmax, GELU, 1/sqrt are compositions of these.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from contextlib import contextmanager
+
+import numpy as np
+
+DTYPE = np.float64
+OP_COUNTS: Counter = Counter()
+
+
+@contextmanager
+def count_ops():
+    """Count primitive calls inside the block: `with count_ops() as counts: ...` -> Counter by kind."""
+    counts = Counter()
+    before = OP_COUNTS.copy()
+    try:
+        yield counts
+    finally:
+        counts.update(OP_COUNTS - before)
+
+
+_grad_enabled = True
+
+
+@contextmanager
+def no_grad():
+    """Build no graph inside the block (evaluation, parameter updates)."""
+    global _grad_enabled
+    previous, _grad_enabled = _grad_enabled, False
+    try:
+        yield
+    finally:
+        _grad_enabled = previous
+
+
+def _unbroadcast(grad: np.ndarray, shape: tuple) -> np.ndarray:
+    """Sum a broadcast gradient back down to an input's shape."""
+    while grad.ndim > len(shape):
+        grad = grad.sum(axis=0)
+    for axis, size in enumerate(shape):
+        if size == 1 and grad.shape[axis] != 1:
+            grad = grad.sum(axis=axis, keepdims=True)
+    return grad
+
+
+def _broadcast_shape(a: tuple, b: tuple, op: str) -> tuple:
+    try:
+        return np.broadcast_shapes(a, b)
+    except ValueError:
+        raise ValueError(f"{op}: shapes {a} and {b} cannot broadcast; "
+                         f"trailing dimensions must be equal or 1") from None
+
+
+class Tensor:
+    __array_priority__ = 1000  # so that `ndarray * Tensor` calls Tensor.__rmul__
+
+    def __init__(self, data, requires_grad: bool = False, _parents: tuple = (), _op: str = ""):
+        self.data = data if isinstance(data, np.ndarray) and data.dtype == DTYPE \
+            else np.asarray(data, dtype=DTYPE)
+        self.requires_grad = requires_grad
+        self.grad = None
+        self._parents = _parents
+        self._op = _op
+        self._backward = None
+
+    # ---- bookkeeping ------------------------------------------------------------------
+    def __repr__(self):
+        return f"Tensor(shape={self.shape}, op={self._op or 'leaf'})\n{self.data}"
+
+    @property
+    def shape(self) -> tuple:
+        return self.data.shape
+
+    @property
+    def ndim(self) -> int:
+        return self.data.ndim
+
+    def size(self, dim=None):
+        return self.shape if dim is None else self.shape[dim]
+
+    def stride(self) -> tuple:
+        """Strides in elements, as torch reports them."""
+        return tuple(s // self.data.itemsize for s in self.data.strides)
+
+    def is_contiguous(self) -> bool:
+        return self.data.flags["C_CONTIGUOUS"]
+
+    def numpy(self) -> np.ndarray:
+        return self.data
+
+    def item(self) -> float:
+        return float(self.data)
+
+    def zero_grad(self):
+        self.grad = None
+
+    def detach(self) -> "Tensor":
+        return Tensor(self.data)
+
+    def _accumulate(self, grad: np.ndarray):
+        if self.grad is None:
+            self.grad = np.array(grad, dtype=DTYPE, copy=True)
+        else:
+            self.grad += grad
+
+    @staticmethod
+    def _wrap(x) -> "Tensor":
+        return x if isinstance(x, Tensor) else Tensor(x)
+
+    def _result(self, data: np.ndarray, parents: tuple, op: str, backward) -> "Tensor":
+        """Create an op's output; keep the graph only if some input needs a gradient."""
+        OP_COUNTS[op] += 1
+        needs_grad = _grad_enabled and any(p.requires_grad for p in parents)
+        out = Tensor(data, requires_grad=needs_grad, _parents=parents if needs_grad else (), _op=op)
+        if needs_grad:
+            out._backward = lambda: backward(out.grad)
+        return out
+
+    # ---- the primitives ---------------------------------------------------------------
+    def __add__(self, other) -> "Tensor":
+        other = self._wrap(other)
+        _broadcast_shape(self.shape, other.shape, "add")
+        a, b = self, other
+
+        def backward(g):
+            if a.requires_grad:
+                a._accumulate(_unbroadcast(g, a.shape))
+            if b.requires_grad:
+                b._accumulate(_unbroadcast(g, b.shape))
+        return self._result(a.data + b.data, (a, b), "add", backward)
+
+    def __mul__(self, other) -> "Tensor":
+        other = self._wrap(other)
+        _broadcast_shape(self.shape, other.shape, "mul")
+        a, b = self, other
+
+        def backward(g):
+            if a.requires_grad:
+                a._accumulate(_unbroadcast(g * b.data, a.shape))
+            if b.requires_grad:
+                b._accumulate(_unbroadcast(g * a.data, b.shape))
+        return self._result(a.data * b.data, (a, b), "mul", backward)
+
+    def __neg__(self) -> "Tensor":
+        a = self
+
+        def backward(g):
+            a._accumulate(-g)
+        return self._result(-a.data, (a,), "neg", backward)
+
+    def exp(self) -> "Tensor":
+        a, out_data = self, np.exp(self.data)
+
+        def backward(g):
+            a._accumulate(g * out_data)
+        return self._result(out_data, (a,), "exp", backward)
+
+    def log(self) -> "Tensor":
+        a = self
+        if np.any(a.data <= 0):
+            raise ValueError(f"log: input of shape {a.shape} has entries <= 0 "
+                             f"(min {a.data.min():.3g}); add a positive eps first")
+
+        def backward(g):
+            a._accumulate(g / a.data)
+        return self._result(np.log(a.data), (a,), "log", backward)
+
+    def sigmoid(self) -> "Tensor":
+        a = self
+        # Written as exp(-logaddexp(0, -x)) so that large |x| neither overflows nor warns.
+        out_data = np.exp(-np.logaddexp(0.0, -a.data))
+
+        def backward(g):
+            a._accumulate(g * out_data * (1.0 - out_data))
+        return self._result(out_data, (a,), "sigmoid", backward)
+
+    def relu(self) -> "Tensor":
+        a = self
+
+        def backward(g):
+            a._accumulate(g * (a.data > 0))
+        return self._result(np.maximum(a.data, 0.0), (a,), "relu", backward)
+
+    def __matmul__(self, other) -> "Tensor":
+        other = self._wrap(other)
+        a, b = self, other
+        if a.ndim < 2 or b.ndim < 2:
+            raise ValueError(f"matmul: both inputs need at least 2 dimensions, got {a.shape} @ {b.shape}")
+        if a.shape[-1] != b.shape[-2]:
+            raise ValueError(f"matmul: shapes {a.shape} @ {b.shape} do not line up: "
+                             f"the last dimension of the left ({a.shape[-1]}) must equal "
+                             f"the second-to-last of the right ({b.shape[-2]})")
+        try:
+            np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        except ValueError:
+            raise ValueError(f"matmul: batch dimensions of {a.shape} and {b.shape} cannot broadcast") from None
+
+        def backward(g):
+            if a.requires_grad:
+                a._accumulate(_unbroadcast(g @ np.swapaxes(b.data, -1, -2), a.shape))
+            if b.requires_grad:
+                b._accumulate(_unbroadcast(np.swapaxes(a.data, -1, -2) @ g, b.shape))
+        return self._result(a.data @ b.data, (a, b), "matmul", backward)
+
+    def sum(self, axis=None, keepdims: bool = False) -> "Tensor":
+        a = self
+
+        def backward(g):
+            if axis is not None and not keepdims:
+                g = np.expand_dims(g, axis)
+            a._accumulate(np.broadcast_to(g, a.shape))
+        return self._result(a.data.sum(axis=axis, keepdims=keepdims), (a,), "sum", backward)
+
+    def max(self, axis=None, keepdims: bool = False) -> "Tensor":
+        """The maximum's value as a constant (no gradient): softmax and logsumexp subtract it,
+        and softmax(x - m) is the same for every m, so treating m as constant is exact (notes §9.1)."""
+        OP_COUNTS["max"] += 1
+        return Tensor(self.data.max(axis=axis, keepdims=keepdims))
+
+    def view(self, *shape) -> "Tensor":
+        a = self
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        if not a.is_contiguous():
+            raise RuntimeError(f"view: tensor of shape {a.shape} with strides {a.stride()} is not "
+                               f"contiguous (was it permuted?); call .contiguous() first, "
+                               f"which copies it once")
+        try:
+            out_data = a.data.reshape(shape)
+        except ValueError:
+            raise ValueError(f"view: cannot view a tensor of shape {a.shape} ({a.data.size} elements) "
+                             f"as {shape}; the number of elements must match") from None
+
+        def backward(g):
+            a._accumulate(g.reshape(a.shape))
+        return self._result(out_data, (a,), "view", backward)
+
+    reshape = view
+
+    def permute(self, *dims) -> "Tensor":
+        a = self
+        if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
+            dims = tuple(dims[0])
+        if sorted(dims) != list(range(a.ndim)):
+            raise ValueError(f"permute: {dims} is not a permutation of the {a.ndim} dimensions of {a.shape}")
+        inverse = np.argsort(dims)
+
+        def backward(g):
+            a._accumulate(np.transpose(g, inverse))
+        return self._result(np.transpose(a.data, dims), (a,), "permute", backward)
+
+    def contiguous(self) -> "Tensor":
+        a = self
+
+        def backward(g):
+            a._accumulate(g)
+        return self._result(np.ascontiguousarray(a.data), (a,), "contiguous", backward)
+
+    # ---- compositions (each is a few primitives, so autodiff comes for free) --------------
+    def __radd__(self, other):
+        return self + other
+
+    def __sub__(self, other):
+        return self + (-self._wrap(other))
+
+    def __rsub__(self, other):
+        return self._wrap(other) + (-self)
+
+    def __rmul__(self, other):
+        return self * other
+
+    def __truediv__(self, other):
+        if isinstance(other, Tensor):
+            return self * (-other.log()).exp()
+        return self * (1.0 / other)
+
+    def __pow__(self, exponent: int):
+        if not isinstance(exponent, int) or exponent < 1:
+            raise ValueError(f"pow: only positive integer exponents are supported, got {exponent!r}")
+        out = self
+        for _ in range(exponent - 1):
+            out = out * self
+        return out
+
+    def mean(self, axis=None, keepdims: bool = False) -> "Tensor":
+        count = self.data.size if axis is None else self.shape[axis]
+        return self.sum(axis=axis, keepdims=keepdims) * (1.0 / count)
+
+    def transpose(self, dim0: int, dim1: int) -> "Tensor":
+        dims = list(range(self.ndim))
+        dims[dim0], dims[dim1] = dims[dim1], dims[dim0]
+        return self.permute(*dims)
+
+    # ---- backpropagation ------------------------------------------------------------------
+    def backward(self, grad=None):
+        """Accumulate d(self)/d(leaf) into every leaf's .grad that requires a gradient."""
+        if not self.requires_grad:
+            raise RuntimeError("backward: this tensor does not depend on any tensor with "
+                               "requires_grad=True, so there is nothing to differentiate")
+        if grad is None:
+            if self.data.size != 1:
+                raise RuntimeError(f"backward: output has shape {self.shape}, not a scalar; "
+                                   f"pass grad= with that shape (or call .sum() first)")
+            grad = np.ones_like(self.data)
+        grad = np.asarray(grad, dtype=DTYPE)
+        if grad.shape != self.shape:
+            raise ValueError(f"backward: grad has shape {grad.shape} but the output has shape {self.shape}")
+
+        order, visited, stack = [], set(), [(self, False)]
+        while stack:  # iterative post-order DFS: deep graphs never hit the recursion limit
+            node, children_done = stack.pop()
+            if children_done:
+                order.append(node)
+                continue
+            if id(node) in visited:
+                continue
+            visited.add(id(node))
+            stack.append((node, True))
+            stack.extend((p, False) for p in node._parents if p.requires_grad and id(p) not in visited)
+
+        self._accumulate(grad)
+        for node in reversed(order):
+            if node._backward is not None and node.grad is not None:
+                node._backward()
+                node.grad = None if node._parents else node.grad  # free intermediates' gradients
+        # intermediate tensors keep no gradient; leaves keep theirs
+
+
+def tensor(data, requires_grad: bool = False) -> Tensor:
+    return Tensor(np.array(data, dtype=DTYPE), requires_grad=requires_grad)
+
+
+def embedding(weight: Tensor, indices) -> Tensor:
+    """Row lookup weight[indices] (gather); the backward scatter-adds rows, so repeated ids add up."""
+    idx = np.asarray(indices.data if isinstance(indices, Tensor) else indices)
+    if not np.issubdtype(idx.dtype, np.integer):
+        if np.all(np.mod(idx, 1) == 0):
+            idx = idx.astype(np.int64)
+        else:
+            raise TypeError(f"embedding: indices must be integers, got dtype {idx.dtype}")
+    n_rows = weight.shape[0]
+    if idx.size and (idx.min() < 0 or idx.max() >= n_rows):
+        raise IndexError(f"embedding: index {int(idx.max() if idx.max() >= n_rows else idx.min())} is out "
+                         f"of range for a table with {n_rows} rows (valid ids: 0..{n_rows - 1})")
+
+    def backward(g):
+        grad = np.zeros_like(weight.data)
+        np.add.at(grad, idx.reshape(-1), g.reshape(-1, weight.shape[1]))
+        weight._accumulate(grad)
+    return weight._result(weight.data[idx], (weight,), "embedding", backward)

@@ -1,0 +1,124 @@
+"""What every numbered script shares: arguments, seeding, headers, tables, timing lines, figures.
+
+A script defines each part as a function that RETURNS its numbers (tests import these) and a
+`show_*` function that calls it, prints its tables and draws its figure; `main` wires the shows
+to the command line:
+
+    def soft_lookup(scales=(1, 4, 16, 64)) -> dict: ...          # numbers only
+    def show_soft_lookup(args): r = soft_lookup(); header(...); table(...)
+    PARTS = {1: show_soft_lookup, 2: ...}
+    if __name__ == "__main__":
+        common.main(__doc__, PARTS)
+
+Conventions (SPEC §5): each part prints a header naming its section of the notes, then tables;
+a line that reports wall-clock time starts with ⏱ and is the only kind of line allowed to differ
+between two runs with the same seed.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from contextlib import contextmanager
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+DEFAULT_FIGURES = os.path.join(ROOT, "figures")
+for path in (HERE, os.path.join(ROOT, "code", "lecture05")):
+    if path not in sys.path:
+        sys.path.insert(0, path)
+
+import numpy as np  # noqa: E402
+from tabulate import tabulate  # noqa: E402
+
+DEFAULT_SEED = 0
+TIMER = "⏱"
+
+
+def seed_everything(seed: int):
+    """Seed numpy's legacy global generator, torch and transformer.py's generators."""
+    import torch
+    import transformer
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    transformer.set_seed(seed)
+
+
+def fix_threads(n: int = 1):
+    """Results at a large learning rate depend on the thread count; fix it for reproducibility."""
+    import torch
+    torch.set_num_threads(n)
+
+
+def header(part: int, section: str, title: str):
+    print(f"\nPart {part} · {section} {title}")
+    print("─" * (len(section) + len(title) + 10))
+
+
+def table(rows, headers=(), floatfmt="g", **kwargs):
+    print(tabulate(rows, headers=headers, floatfmt=floatfmt, **kwargs))
+
+
+def note(text: str):
+    print(text)
+
+
+def timing(text: str):
+    """A line reporting a wall-clock measurement: marked so determinism checks skip it."""
+    print(f"{TIMER} {text}")
+
+
+@contextmanager
+def stopwatch():
+    """`with stopwatch() as elapsed: ...; elapsed()` -> seconds since entering."""
+    start = time.perf_counter()
+    yield lambda: time.perf_counter() - start
+
+
+def save_figure(fig, name: str, figures_dir: str | None):
+    """Write figures/<name>.png (name like '01_softmax_saturation'); do nothing with --no-figures."""
+    import matplotlib.pyplot as plt
+    if figures_dir is None:
+        plt.close(fig)
+        return None
+    os.makedirs(figures_dir, exist_ok=True)
+    path = os.path.join(figures_dir, f"{name}.png")
+    fig.savefig(path, dpi=110, bbox_inches="tight", metadata={"Software": None})
+    plt.close(fig)
+    print(f"[figure] {os.path.relpath(path, ROOT) if path.startswith(ROOT) else path}")
+    return path
+
+
+def parse_args(doc: str, part_numbers, argv=None):
+    first_line = (doc or "").strip().splitlines()[0] if doc else ""
+    parser = argparse.ArgumentParser(description=first_line,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED,
+                        help=f"random seed (default {DEFAULT_SEED})")
+    parser.add_argument("--part", type=int, choices=sorted(part_numbers),
+                        help="run only this part (default: all)")
+    parser.add_argument("--quick", action="store_true",
+                        help="smaller sizes for a fast check (tests use it); the effects stay, digits move")
+    parser.add_argument("--figures", metavar="DIR", default=DEFAULT_FIGURES,
+                        help="where to write figures (default: figures/ at the repository root)")
+    parser.add_argument("--no-figures", action="store_true", help="draw no figures")
+    args = parser.parse_args(argv)
+    if args.no_figures:
+        args.figures = None
+    return args
+
+
+def main(doc: str, parts: dict, argv=None):
+    """Run the selected parts. parts: {number: callable(args) -> None} that computes, prints and draws."""
+    args = parse_args(doc, parts.keys(), argv)
+    import matplotlib
+    matplotlib.use("Agg")
+    title = (doc or "").strip().splitlines()[0] if doc else ""
+    print(title)
+    print(f"seed {args.seed}{' · quick' if args.quick else ''}")
+    for number in sorted(parts):
+        if args.part is None or args.part == number:
+            seed_everything(args.seed)  # each part starts from the same state, whether run alone or not
+            parts[number](args)
+    return args

@@ -1,0 +1,224 @@
+"""PyTorch twins of transformer.py's modules: same structure, same parameter names, float64 (notes §9.2).
+
+`copy_from(our_module)` copies every parameter from a transformer.py module and links each Dropout
+to its twin, so that in training mode the twin applies exactly the mask our side drew last. Run
+our forward first, then the twin's: outputs and every parameter's gradient then agree to float64
+rounding. Linear stores its weight (in, out) like HW3 (torch.nn.Linear stores (out, in)).
+
+The same classes, cast with .float(), are the fast models of the city-language experiments
+(city_lab.py) and the cost measurements of script 06.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+MASK_VALUE = -1e9
+DTYPE = torch.float64
+
+
+class Linear(nn.Module):
+    def __init__(self, in_size: int, out_size: int, bias: bool = True):
+        super().__init__()
+        bound = 1.0 / math.sqrt(in_size)
+        self.weights = nn.Parameter(torch.empty(in_size, out_size, dtype=DTYPE).uniform_(-bound, bound))
+        self.bias = nn.Parameter(torch.empty(out_size, dtype=DTYPE).uniform_(-bound, bound)) if bias else None
+
+    def forward(self, x):
+        y = x @ self.weights
+        return y + self.bias if self.bias is not None else y
+
+
+class Embedding(nn.Module):
+    def __init__(self, num_embeddings: int, embedding_dim: int):
+        super().__init__()
+        self.weights = nn.Parameter(torch.randn(num_embeddings, embedding_dim, dtype=DTYPE))
+
+    def forward(self, ids):
+        return self.weights[ids]
+
+
+class Dropout(nn.Module):
+    """Inverted dropout; once linked to our Dropout by copy_from, it reuses that one's last mask."""
+
+    def __init__(self, p_dropout: float = 0.1):
+        super().__init__()
+        self.p_dropout = p_dropout
+        self.twin = None
+
+    def forward(self, x):
+        if not self.training or self.p_dropout == 0.0:
+            return x
+        if self.twin is not None:
+            return x * torch.as_tensor(self.twin.last_mask, dtype=x.dtype)
+        return F.dropout(x, self.p_dropout, training=True)
+
+
+class LayerNorm(nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weights = nn.Parameter(torch.ones(dim, dtype=DTYPE))
+        self.bias = nn.Parameter(torch.zeros(dim, dtype=DTYPE))
+
+    def forward(self, x):
+        return F.layer_norm(x, x.shape[-1:], self.weights, self.bias, self.eps)
+
+
+class MultiHeadAttention(nn.Module):
+    def __init__(self, n_embd: int, n_head: int, causal: bool = True, p_dropout: float = 0.1, bias: bool = True):
+        super().__init__()
+        self.n_embd, self.n_head, self.causal = n_embd, n_head, causal
+        self.attn_hidden_dim = n_embd // n_head
+        self.q_projection = Linear(n_embd, n_embd, bias)
+        self.k_projection = Linear(n_embd, n_embd, bias)
+        self.v_projection = Linear(n_embd, n_embd, bias)
+        self.out_projection = Linear(n_embd, n_embd, bias)
+        self.dropout = Dropout(p_dropout)
+        self.out_dropout = Dropout(p_dropout)
+
+    @staticmethod
+    def create_causal_mask(seq_len: int, dtype=DTYPE, device=None):
+        return torch.triu(torch.full((1, 1, seq_len, seq_len), MASK_VALUE, dtype=dtype, device=device), 1)
+
+    def _split_heads(self, x):
+        batch_size, seq_len, _ = x.shape
+        return x.view(batch_size, seq_len, self.n_head, self.attn_hidden_dim).permute(0, 2, 1, 3)
+
+    def project_to_query_key_value(self, x, kv=None):
+        kv = x if kv is None else kv
+        q = self._split_heads(self.q_projection(x))
+        kT = self._split_heads(self.k_projection(kv)).permute(0, 1, 3, 2)
+        v = self._split_heads(self.v_projection(kv))
+        return q, kT, v
+
+    def self_attention(self, q, kT, v, mask=None):
+        batch_size, n_head, seq_len, head_dim = q.shape
+        scores = (q @ kT) * (1.0 / math.sqrt(head_dim))
+        if mask is not None:
+            scores = scores + mask
+        weights = torch.softmax(scores, dim=-1)
+        out = self.dropout(weights) @ v
+        return out.permute(0, 2, 1, 3).contiguous().view(batch_size, seq_len, n_head * head_dim)
+
+    def forward(self, x, kv=None, pad_mask=None):
+        q, kT, v = self.project_to_query_key_value(x, kv)
+        mask = None
+        if self.causal:
+            mask = self.create_causal_mask(x.shape[1], x.dtype, x.device)
+        if pad_mask is not None:
+            pad_mask = torch.as_tensor(np.asarray(pad_mask), dtype=torch.bool, device=x.device)
+            pad = torch.where(pad_mask, MASK_VALUE, 0.0).to(x.dtype)[:, None, None, :]
+            mask = pad if mask is None else mask + pad
+        return self.out_dropout(self.out_projection(self.self_attention(q, kT, v, mask)))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, n_embd: int, middle_dim: int | None = None, p_dropout: float = 0.1, bias: bool = True):
+        super().__init__()
+        middle_dim = 4 * n_embd if middle_dim is None else middle_dim
+        self.linear_in = Linear(n_embd, middle_dim, bias)
+        self.linear_out = Linear(middle_dim, n_embd, bias)
+        self.dropout = Dropout(p_dropout)
+
+    def forward(self, x):
+        return self.dropout(self.linear_out(F.gelu(self.linear_in(x), approximate="tanh")))
+
+
+class TransformerLayer(nn.Module):
+    def __init__(self, n_embd: int, n_head: int, p_dropout: float = 0.1, ln_eps: float = 1e-5,
+                 bias: bool = True, causal: bool = True, pre_ln: bool = True, middle_dim: int | None = None):
+        super().__init__()
+        self.pre_ln = pre_ln
+        self.ln_1 = LayerNorm(n_embd, ln_eps)
+        self.ln_2 = LayerNorm(n_embd, ln_eps)
+        self.attention = MultiHeadAttention(n_embd, n_head, causal, p_dropout, bias)
+        self.ff = FeedForward(n_embd, middle_dim, p_dropout, bias)
+
+    def forward(self, x, pad_mask=None):
+        if self.pre_ln:
+            x = x + self.attention(self.ln_1(x), pad_mask=pad_mask)
+            return x + self.ff(self.ln_2(x))
+        x = self.ln_1(x + self.attention(x, pad_mask=pad_mask))
+        return self.ln_2(x + self.ff(x))
+
+
+def sinusoidal_positions(n_positions: int, d: int, base: float = 10000.0, dtype=DTYPE):
+    t = torch.arange(n_positions, dtype=torch.float64)[:, None]
+    omega = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    pe = torch.empty(n_positions, d, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(t * omega)
+    pe[:, 1::2] = torch.cos(t * omega)
+    return pe.to(dtype)
+
+
+class DecoderLM(nn.Module):
+    def __init__(self, n_vocab: int, n_embd: int, n_head: int, n_positions: int, n_layers: int = 4,
+                 p_dropout: float = 0.1, ln_eps: float = 1e-5, bias: bool = True, pre_ln: bool = True,
+                 causal: bool = True, tie_weights: bool = False, positions: str = "learned",
+                 middle_dim: int | None = None):
+        super().__init__()
+        self.n_embd, self.n_positions, self.positions, self.tie_weights = n_embd, n_positions, positions, tie_weights
+        self.token_embeddings = Embedding(n_vocab, n_embd)
+        self.position_embeddings = Embedding(n_positions, n_embd) if positions == "learned" else None
+        self.dropout = Dropout(p_dropout)
+        self.layers = nn.ModuleList(TransformerLayer(n_embd, n_head, p_dropout, ln_eps, bias, causal, pre_ln,
+                                                     middle_dim) for _ in range(n_layers))
+        self.ln = LayerNorm(n_embd, ln_eps) if pre_ln else None
+        self.lm_head = None if tie_weights else Linear(n_embd, n_vocab, bias=False)
+
+    def embed(self, idx):
+        seq_len = idx.shape[1]
+        if self.positions != "sinusoidal" and seq_len > self.n_positions:
+            raise ValueError(f"DecoderLM: sequence length {seq_len} exceeds n_positions={self.n_positions}")
+        x = self.token_embeddings(idx)
+        if self.positions == "learned":
+            x = x + self.position_embeddings(torch.arange(seq_len, device=idx.device))[None]
+        elif self.positions == "sinusoidal":
+            x = x + sinusoidal_positions(seq_len, self.n_embd, dtype=x.dtype).to(x.device)[None]
+        return x
+
+    def forward(self, idx, pad_mask=None):
+        idx = torch.as_tensor(np.asarray(idx)) if not torch.is_tensor(idx) else idx
+        x = self.dropout(self.embed(idx))
+        for layer in self.layers:
+            x = layer(x, pad_mask=pad_mask)
+        if self.ln is not None:
+            x = self.ln(x)
+        if self.tie_weights:
+            return x @ self.token_embeddings.weights.T
+        return self.lm_head(x)
+
+
+def copy_from(twin: nn.Module, ours) -> nn.Module:
+    """Copy every parameter of our transformer.py module into its torch twin and link the dropouts.
+
+    Both sides walk their parameters in definition order under the same names, so a mismatch in
+    structure is reported by name rather than silently misaligned.
+    """
+    ours_params = dict(ours.named_parameters())
+    twin_params = dict(twin.named_parameters())
+    if list(ours_params) != list(twin_params):
+        raise ValueError(f"copy_from: parameter names differ:\n ours: {list(ours_params)}\n twin: {list(twin_params)}")
+    with torch.no_grad():
+        for name, p in twin_params.items():
+            source = ours_params[name].data
+            if tuple(p.shape) != source.shape:
+                raise ValueError(f"copy_from: {name} has shape {tuple(p.shape)} here and {source.shape} in ours")
+            p.copy_(torch.from_numpy(source))
+    ours_dropouts = {name: m for name, m in ours.named_modules() if type(m).__name__ == "Dropout"}
+    for name, module in twin.named_modules():
+        if isinstance(module, Dropout):
+            module.twin = ours_dropouts[name]
+    twin.train(ours.training)
+    return twin
+
+
+def gradients(module: nn.Module) -> dict:
+    """name -> gradient as a numpy array (zeros where a parameter got none)."""
+    return {n: (p.grad if p.grad is not None else torch.zeros_like(p)).detach().numpy()
+            for n, p in module.named_parameters()}
