@@ -82,16 +82,21 @@ def gelu(x: Tensor) -> Tensor:
     return x * (u * 2.0).sigmoid()
 
 
+def sinusoidal_frequencies(d: int, base: float = 10000.0) -> np.ndarray:
+    """(d/2,) angular frequencies ω_i = base^(-2i/d) of the sinusoidal encoding's (sin, cos) pairs."""
+    if d % 2:
+        raise ValueError(f"sinusoidal_positions: d must be even (sin/cos pairs), got {d}")
+    return base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+
+
 def sinusoidal_positions(n_positions: int, d: int, base: float = 10000.0) -> np.ndarray:
     """PE[t, 2i] = sin(t ω_i), PE[t, 2i+1] = cos(t ω_i), ω_i = base^(-2i/d) (notes §4.2).
 
     Returns:
         (n_positions, d) float64 array (a constant: it has no parameters)
     """
-    if d % 2:
-        raise ValueError(f"sinusoidal_positions: d must be even (sin/cos pairs), got {d}")
+    omega = sinusoidal_frequencies(d, base)
     t = np.arange(n_positions, dtype=np.float64)[:, None]
-    omega = base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
     pe = np.empty((n_positions, d))
     pe[:, 0::2] = np.sin(t * omega)
     pe[:, 1::2] = np.cos(t * omega)
@@ -481,6 +486,6 @@ class Adam:
             p.grad = None
 
 
-__all__ = ["MASK_VALUE", "set_seed", "logsumexp", "softmax", "softmax_loss", "gelu", "sinusoidal_positions",
+__all__ = ["MASK_VALUE", "set_seed", "logsumexp", "softmax", "softmax_loss", "gelu", "sinusoidal_frequencies", "sinusoidal_positions",
            "Parameter", "Module", "Linear", "Embedding", "Dropout", "LayerNorm", "MultiHeadAttention",
            "FeedForward", "TransformerLayer", "DecoderLM", "lm_loss", "SGD", "Adam", "Tensor", "no_grad"]
