@@ -487,5 +487,6 @@ class Adam:
 
 
 __all__ = ["MASK_VALUE", "set_seed", "logsumexp", "softmax", "softmax_loss", "gelu", "sinusoidal_frequencies",
-           "sinusoidal_positions", "Parameter", "Module", "Linear", "Embedding", "Dropout", "LayerNorm", "MultiHeadAttention",
-           "FeedForward", "TransformerLayer", "DecoderLM", "lm_loss", "SGD", "Adam", "Tensor", "no_grad"]
+           "sinusoidal_positions", "Parameter", "Module", "Linear", "Embedding", "Dropout", "LayerNorm",
+           "MultiHeadAttention", "FeedForward", "TransformerLayer", "DecoderLM", "lm_loss", "SGD", "Adam", "Tensor",
+           "no_grad"]
