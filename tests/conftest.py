@@ -1,0 +1,40 @@
+"""Shared test setup: `import tensor, transformer, torch_ref, common` work from any test, and
+`load_script("01_attention")` imports a numbered script (names start with a digit, so no plain import)."""
+import importlib.util
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+LECTURE05 = os.path.join(ROOT, "code", "lecture05")
+LECTURE06 = os.path.join(ROOT, "code", "lecture06")
+for _path in (LECTURE05, LECTURE06):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
+
+
+def load_script(name: str):
+    """Import code/lecture06/<name>.py (e.g. "01_attention") once and return the module."""
+    name = name[:-3] if name.endswith(".py") else name
+    module_name = f"script_{name}"
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    path = os.path.join(LECTURE06, f"{name}.py")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"load_script: no script {path}")
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[module_name]
+        raise
+    return module
+
+
+@pytest.fixture
+def script():
+    """The fixture form of load_script: `def test_x(script): m = script("01_attention")`."""
+    return load_script

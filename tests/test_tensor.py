@@ -1,0 +1,308 @@
+"""tensor.py (lecture 5's framework): gradients of every primitive and composition, autodiff
+bookkeeping, strides and views against PyTorch, the op counter, and the errors on bad input."""
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+
+import tensor as T
+from gradcheck import check_gradients, relative_error
+from tensor import Tensor, count_ops, embedding, no_grad
+
+PRIMITIVES = {"add", "mul", "neg", "exp", "log", "sigmoid", "relu", "matmul", "sum", "max", "view",
+              "permute", "contiguous", "embedding"}
+
+
+def leaf(shape, layout="contiguous", seed=0, low=None, high=None):
+    """A float64 leaf. layout="permuted": the same shape, but a transposed (non-contiguous) view."""
+    rng = np.random.default_rng(seed)
+    draw = (lambda s: rng.uniform(low, high, s)) if low is not None else rng.standard_normal
+    if layout == "contiguous":
+        data = draw(shape)
+    else:
+        data = draw(shape[::-1]).T                  # reversed axes: strides run backwards
+        if data.flags["C_CONTIGUOUS"] and data.size > 1:  # 1-D or size-1 axes: every other element instead
+            data = draw(tuple(2 * s for s in shape))[tuple(slice(None, None, 2) for _ in shape)]
+    t = Tensor(data, requires_grad=True)
+    assert t.is_contiguous() == (layout == "contiguous" or t.data.size <= 1)
+    return t
+
+
+def away_from_zero(t, margin=0.05):
+    """Push entries out of (-margin, margin): relu's kink must not sit within a finite-difference step."""
+    t.data[...] = np.where(np.abs(t.data) < margin, np.sign(t.data + 1e-300) * margin, t.data) + 0.0
+    return t
+
+
+# (name, f(*leaves), leaf shapes, leaf value range or None for N(0, 1))
+CASES = [
+    ("add", lambda a, b: a + b, [(3, 4), (3, 4)], None),
+    ("add broadcast right", lambda a, b: a + b, [(2, 3, 4), (4,)], None),
+    ("add broadcast left", lambda a, b: a + b, [(3, 1), (2, 1, 4)], None),
+    ("add constant", lambda a: a + 2.5, [(3, 4)], None),
+    ("mul", lambda a, b: a * b, [(3, 4), (3, 4)], None),
+    ("mul broadcast right", lambda a, b: a * b, [(2, 3, 4), (3, 1)], None),
+    ("mul broadcast left", lambda a, b: a * b, [(1, 4), (2, 3, 4)], None),
+    ("mul broadcast both", lambda a, b: a * b, [(3, 1), (1, 4)], None),
+    ("mul array", lambda a: np.arange(12.0).reshape(3, 4) * a, [(3, 4)], None),
+    ("neg", lambda a: -a, [(3, 4)], None),
+    ("exp", lambda a: a.exp(), [(3, 4)], None),
+    ("log", lambda a: a.log(), [(3, 4)], (0.2, 3.0)),
+    ("sigmoid", lambda a: a.sigmoid(), [(3, 4)], None),
+    ("sigmoid large", lambda a: a.sigmoid(), [(3, 4)], (-30.0, 30.0)),
+    ("matmul", lambda a, b: a @ b, [(3, 4), (4, 5)], None),
+    ("matmul batched", lambda a, b: a @ b, [(2, 3, 4), (2, 4, 5)], None),
+    ("matmul broadcast batch", lambda a, b: a @ b, [(2, 1, 3, 4), (3, 4, 2)], None),
+    ("matmul matrix @ batch", lambda a, b: a @ b, [(3, 4), (2, 4, 2)], None),
+    ("sum all", lambda a: a.sum(), [(2, 3, 4)], None),
+    ("sum axis 1", lambda a: a.sum(axis=1), [(2, 3, 4)], None),
+    ("sum axis -1 keepdims", lambda a: a.sum(axis=-1, keepdims=True), [(2, 3, 4)], None),
+    ("sum axes (0, 2)", lambda a: a.sum(axis=(0, 2)), [(2, 3, 4)], None),
+    ("view", lambda a: a.contiguous().view(6, 4), [(2, 3, 4)], None),
+    ("view -1", lambda a: a.contiguous().view(-1), [(2, 3, 4)], None),
+    ("permute", lambda a: a.permute(2, 0, 1), [(2, 3, 4)], None),
+    ("permute then contiguous", lambda a: a.permute(1, 2, 0).contiguous(), [(2, 3, 4)], None),
+    ("embedding repeated ids", lambda w: embedding(w, np.array([[0, 2, 2], [4, 0, 2]])), [(5, 3)], None),
+    # compositions
+    ("sub", lambda a, b: a - b, [(3, 4), (4,)], None),
+    ("rsub", lambda a: 1.5 - a, [(3, 4)], None),
+    ("div tensor", lambda a, b: a / b, [(3, 4), (3, 1)], (0.3, 2.0)),
+    ("div constant", lambda a: a / 3.0, [(3, 4)], None),
+    ("pow 3", lambda a: a ** 3, [(3, 4)], None),
+    ("mean all", lambda a: a.mean(), [(2, 3, 4)], None),
+    ("mean axis", lambda a: a.mean(axis=-1, keepdims=True), [(2, 3, 4)], None),
+    ("mean axes", lambda a: a.mean(axis=(0, 1)), [(2, 3, 4)], None),
+    ("transpose", lambda a: a.transpose(0, 2), [(2, 3, 4)], None),
+]
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "permuted"])
+@pytest.mark.parametrize("name,f,shapes,value_range", CASES, ids=[c[0] for c in CASES])
+def test_gradient(name, f, shapes, value_range, layout):
+    low, high = value_range if value_range else (None, None)
+    leaves = [leaf(s, layout, seed=k, low=low, high=high) for k, s in enumerate(shapes)]
+    check_gradients(lambda: f(*leaves), leaves)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "permuted"])
+def test_gradient_relu(layout):
+    a = away_from_zero(leaf((4, 5), layout))
+    assert (a.data > 0).any() and (a.data < 0).any()
+    check_gradients(lambda: a.relu(), [a])
+
+
+def test_gradient_view_of_permuted_graph():
+    """A whole chain through a non-contiguous intermediate: permute -> mul -> contiguous -> view -> matmul."""
+    a, b, w = leaf((2, 3, 4), seed=1), leaf((4, 2, 3), seed=2), leaf((24, 2), seed=3)
+    check_gradients(lambda: ((a.permute(2, 0, 1) * b).contiguous().view(1, 24) @ w).sigmoid(), [a, b, w])
+
+
+def test_relative_error_helper_sees_every_element():
+    """The helper must fail on one bad element among many good ones."""
+    good = np.linspace(1, 2, 100)
+    bad = good.copy()
+    bad[57] *= 1 + 1e-5
+    assert relative_error(good, good, 1e-6) == 0.0
+    assert relative_error(good, bad, 1e-6) > 9e-6
+
+
+def test_max_is_a_constant_value():
+    x = leaf((3, 4))
+    m = x.max(axis=-1, keepdims=True)
+    np.testing.assert_array_equal(m.data, x.data.max(axis=-1, keepdims=True))
+    assert x.max().item() == x.data.max()
+    assert not m.requires_grad and m.grad is None
+    (x - m).sum().backward()            # m is a constant: d/dx sum(x - m) = 1 everywhere
+    np.testing.assert_array_equal(x.grad, np.ones((3, 4)))
+
+
+# ---- autodiff bookkeeping ------------------------------------------------------------------------
+def test_node_used_twice():
+    a = leaf((3,))
+    (a + a).sum().backward()
+    np.testing.assert_array_equal(a.grad, np.full(3, 2.0))
+    a.zero_grad()
+    (a * a).sum().backward()
+    np.testing.assert_allclose(a.grad, 2 * a.data, rtol=0, atol=0)
+    a.zero_grad()
+    b = a.exp()                          # an intermediate used by two branches
+    (b * a + b).sum().backward()
+    np.testing.assert_allclose(a.grad, np.exp(a.data) * (a.data + 2), rtol=1e-15)
+
+
+def test_repeated_backward_accumulates():
+    a, b = leaf((2, 3)), leaf((2, 3), seed=1)
+    loss = (a * b).sum()
+    loss.backward()
+    first = a.grad.copy()
+    np.testing.assert_array_equal(first, b.data)
+    loss.backward()                      # the same graph again: gradients add up until zeroed
+    np.testing.assert_array_equal(a.grad, 2 * first)
+    (a * b).sum().backward()             # and so does a new graph
+    np.testing.assert_array_equal(a.grad, 3 * first)
+    a.zero_grad()
+    assert a.grad is None
+
+
+def test_grad_is_not_aliased():
+    """An accumulated gradient must be its own array: a later in-place += may not leak elsewhere."""
+    a, b = leaf((3,)), leaf((3,), seed=1)
+    g = np.ones(3)
+    (a + b).backward(g)
+    assert not np.shares_memory(a.grad, g) and not np.shares_memory(a.grad, b.grad)
+    (a + b).backward(g)
+    np.testing.assert_array_equal(g, np.ones(3))
+    np.testing.assert_array_equal(b.grad, np.full(3, 2.0))
+
+
+def test_deep_chain_of_5000_operations():
+    x = leaf((2,))
+    y = x
+    for _ in range(2500):                # 5,000 primitives: mul and add alternate
+        y = y * 1.001 + 0.0
+    y.sum().backward()
+    np.testing.assert_allclose(x.grad, np.full(2, 1.001 ** 2500), rtol=1e-12)
+
+
+def test_intermediates_and_constants():
+    x, c = leaf((2, 2)), Tensor(np.ones((2, 2)))   # c needs no gradient
+    h = x * c
+    assert h.requires_grad and h._parents
+    loss = h.exp().sum()
+    loss.backward()
+    assert c.grad is None                          # no gradient for a constant
+    assert h.grad is None and loss.grad is None    # intermediates' gradients are freed; leaves keep theirs
+    np.testing.assert_allclose(x.grad, np.exp(x.data), rtol=1e-15)
+    with no_grad():
+        z = x * 2.0
+    assert not z.requires_grad and z._parents == ()
+    with pytest.raises(RuntimeError, match="requires_grad"):
+        z.sum().backward()
+
+
+def test_backward_with_explicit_grad():
+    x = leaf((2, 3))
+    (x * 3.0).backward(np.full((2, 3), 2.0))
+    np.testing.assert_array_equal(x.grad, np.full((2, 3), 6.0))
+
+
+# ---- strides and views ---------------------------------------------------------------------------
+def test_strides_match_torch():
+    data = np.arange(2 * 3 * 4 * 6, dtype=np.float64).reshape(2, 3, 4, 6)
+    ours, theirs = Tensor(data), torch.from_numpy(data.copy())
+    steps = [
+        lambda t: t.permute(0, 2, 1, 3),                 # (B, S, h, Dh) -> (B, h, S, Dh)
+        lambda t: t.permute(0, 1, 3, 2),                 # k -> kT
+        lambda t: t.transpose(1, 3),
+        lambda t: t.permute(0, 2, 1, 3).contiguous(),
+        lambda t: t.view(2, 12, 6),
+        lambda t: t.view(6, 4, 6).permute(2, 0, 1),
+        lambda t: t.sum(axis=1),
+    ]
+    for step in steps:
+        a, b = step(ours), step(theirs)
+        assert a.shape == tuple(b.shape)
+        assert a.stride() == b.stride(), (a.stride(), b.stride())
+        assert a.is_contiguous() == b.is_contiguous()
+        np.testing.assert_array_equal(a.data, b.numpy())
+
+
+def test_permute_is_zero_copy_and_contiguous_copies():
+    x = Tensor(np.arange(24.0).reshape(2, 3, 4))
+    p = x.permute(0, 2, 1)
+    assert np.shares_memory(p.data, x.data) and not p.is_contiguous()
+    assert np.shares_memory(x.view(6, 4).data, x.data)         # a view shares memory too
+    c = p.contiguous()
+    assert c.is_contiguous() and not np.shares_memory(c.data, x.data)
+    assert c.stride() == (12, 3, 1)
+    np.testing.assert_array_equal(c.data, p.data)
+
+
+def test_view_after_permute_raises_like_torch():
+    x = Tensor(np.arange(24.0).reshape(2, 3, 4))
+    with pytest.raises(RuntimeError, match=r"contiguous\(\)"):
+        x.permute(0, 2, 1).view(2, 12)
+    with pytest.raises(RuntimeError):                            # PyTorch refuses the same view
+        torch.arange(24.0).view(2, 3, 4).permute(0, 2, 1).view(2, 12)
+    assert x.permute(0, 2, 1).contiguous().view(2, 12).shape == (2, 12)
+
+
+# ---- the op counter ------------------------------------------------------------------------------
+def test_op_counter_counts_by_kind():
+    a, b = leaf((2, 3)), leaf((3, 2), seed=1)
+    with count_ops() as counts:
+        y = (a @ b).exp() - a.max()           # matmul, exp, max, neg, add
+        y = y.sum(axis=0).view(1, 2).permute(1, 0).contiguous()
+        y = y.sigmoid().relu().log() * 2.0
+        e = embedding(a, [1, 0, 1])
+    assert counts == Counter({"matmul": 1, "exp": 1, "max": 1, "neg": 1, "add": 1, "sum": 1, "view": 1,
+                              "permute": 1, "contiguous": 1, "sigmoid": 1, "relu": 1, "log": 1, "mul": 1,
+                              "embedding": 1})
+    assert set(counts) == PRIMITIVES and len(PRIMITIVES) == 14
+    with count_ops() as counts:
+        (y * y).sum().backward()              # backward launches are not forward ops
+        with no_grad():
+            e + 1.0                           # counted under no_grad too: it is still a launch
+    assert counts == Counter({"mul": 1, "sum": 1, "add": 1})
+    with count_ops() as counts:
+        a / leaf((2, 3), seed=2, low=1, high=2)   # division by a tensor: log, neg, exp, mul
+        a.mean()
+    assert counts == Counter({"log": 1, "neg": 1, "exp": 1, "mul": 2, "sum": 1})
+
+
+# ---- bad input -----------------------------------------------------------------------------------
+def test_error_matmul_shapes():
+    with pytest.raises(ValueError, match=r"\(2, 3\) @ \(4, 5\)"):
+        leaf((2, 3)) @ leaf((4, 5))
+    with pytest.raises(ValueError, match=r"batch dimensions of \(2, 3, 4\) and \(3, 4, 5\)"):
+        leaf((2, 3, 4)) @ leaf((3, 4, 5))
+    with pytest.raises(ValueError, match=r"at least 2 dimensions.*\(4,\)"):
+        leaf((3, 4)) @ leaf((4,))
+
+
+@pytest.mark.parametrize("op", ["add", "mul"])
+def test_error_cannot_broadcast(op):
+    a, b = leaf((2, 3)), leaf((4,))
+    with pytest.raises(ValueError, match=rf"{op}: shapes \(2, 3\) and \(4,\) cannot broadcast"):
+        a + b if op == "add" else a * b
+
+
+def test_error_backward_non_scalar():
+    y = leaf((2, 3)) * 2.0
+    with pytest.raises(RuntimeError, match=r"shape \(2, 3\), not a scalar.*grad="):
+        y.backward()
+    with pytest.raises(ValueError, match=r"grad has shape \(3,\) but the output has shape \(2, 3\)"):
+        y.backward(np.ones(3))
+
+
+def test_error_view_size():
+    with pytest.raises(ValueError, match=r"shape \(2, 3, 4\) \(24 elements\) as \(5, 5\)"):
+        leaf((2, 3, 4)).view(5, 5)
+
+
+def test_error_embedding_index():
+    w = leaf((5, 3))
+    with pytest.raises(IndexError, match=r"index 5 is out of range for a table with 5 rows"):
+        embedding(w, np.array([[0, 5]]))
+    with pytest.raises(IndexError, match=r"index -1 is out of range"):
+        embedding(w, np.array([-1, 2]))
+    with pytest.raises(TypeError, match="integers"):
+        embedding(w, np.array([0.5]))
+
+
+def test_error_log_non_positive():
+    with pytest.raises(ValueError, match=r"log: input of shape \(3,\) has entries <= 0 \(min -1\)"):
+        T.tensor([1.0, 0.0, -1.0]).log()
+
+
+def test_error_permute_and_pow():
+    with pytest.raises(ValueError, match=r"not a permutation of the 3 dimensions"):
+        leaf((2, 3, 4)).permute(0, 0, 1)
+    with pytest.raises(ValueError, match="positive integer"):
+        leaf((2,)) ** 0.5
+
+
+def test_item():
+    assert T.tensor([[2.5]]).item() == 2.5
+    assert T.tensor(3.0).item() == 3.0
