@@ -110,7 +110,7 @@ class Tensor:
         return self.data
 
     def item(self) -> float:
-        return float(self.data)
+        return float(self.data.item())  # .item(): numpy 2 refuses float() of a (1, 1) array
 
     def zero_grad(self):
         self.grad = None
@@ -304,7 +304,8 @@ class Tensor:
         return out
 
     def mean(self, axis=None, keepdims: bool = False) -> "Tensor":
-        count = self.data.size if axis is None else self.shape[axis]
+        axes = range(self.ndim) if axis is None else (axis,) if isinstance(axis, int) else axis
+        count = int(np.prod([self.shape[a] for a in axes]))
         return self.sum(axis=axis, keepdims=keepdims) * (1.0 / count)
 
     def transpose(self, dim0: int, dim1: int) -> "Tensor":
