@@ -36,13 +36,17 @@ DEFAULT_SEED = 0
 TIMER = "⏱"
 
 
-def seed_everything(seed: int):
-    """Seed numpy's legacy global generator, torch and transformer.py's generators."""
-    import torch
+def seed_everything(seed: int, uses_torch: bool = True):
+    """Seed numpy's legacy global generator, torch and transformer.py's generators.
+
+    uses_torch=False leaves torch alone, so a script that never uses it does not pay for importing it.
+    """
     import transformer
     np.random.seed(seed)
-    torch.manual_seed(seed)
     transformer.set_seed(seed)
+    if uses_torch:
+        import torch
+        torch.manual_seed(seed)
 
 
 def fix_threads(n: int = 1):
@@ -109,8 +113,11 @@ def parse_args(doc: str, part_numbers, argv=None):
     return args
 
 
-def main(doc: str, parts: dict, argv=None):
-    """Run the selected parts. parts: {number: callable(args) -> None} that computes, prints and draws."""
+def main(doc: str, parts: dict, argv=None, uses_torch: bool = True):
+    """Run the selected parts. parts: {number: callable(args) -> None} that computes, prints and draws.
+
+    uses_torch=False: the script never touches torch, so seeding skips importing it (about 2 s).
+    """
     args = parse_args(doc, parts.keys(), argv)
     import matplotlib
     matplotlib.use("Agg")
@@ -119,6 +126,6 @@ def main(doc: str, parts: dict, argv=None):
     print(f"seed {args.seed}{' · quick' if args.quick else ''}")
     for number in sorted(parts):
         if args.part is None or args.part == number:
-            seed_everything(args.seed)  # each part starts from the same state, whether run alone or not
+            seed_everything(args.seed, uses_torch)  # each part starts from the same state, whether run alone or not
             parts[number](args)
     return args
