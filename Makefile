@@ -31,5 +31,8 @@ test: $(STAMP)  ## the test suite
 bench: $(STAMP)  ## time one training step, tensor.py against PyTorch
 	$(PY) code/lecture06/bench_step.py
 
+golden: $(STAMP)  ## regenerate tests/golden/ (the expected quick outputs) from fresh runs
+	$(PY) tests/outputs.py --update
+
 clean:  ## remove the environment and caches (figures are committed and kept)
 	rm -rf $(VENV) .pytest_cache tests/__pycache__ code/*/__pycache__

@@ -1,0 +1,72 @@
+"""Run the numbered scripts in their quick form and compare what they print.
+
+`python tests/outputs.py --update` (what `make golden` runs) rewrites tests/golden/NN.txt from a
+fresh quick run of every script; nobody edits those files by hand. The comparison rounds every
+number to 3 significant digits and folds rounding-level values (|x| < 1e-9) to "~0", so that a
+different BLAS cannot break it, and drops lines marked ⏱ (wall-clock times).
+"""
+from __future__ import annotations
+
+import glob
+import os
+import re
+import subprocess
+import sys
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+GOLDEN = os.path.join(ROOT, "tests", "golden")
+SCRIPTS = sorted(glob.glob(os.path.join(ROOT, "code", "lecture06", "0[1-7]_*.py")))
+TIMER = "⏱"
+NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w])")
+
+
+def script_id(path: str) -> str:
+    return os.path.basename(path)[:2]
+
+
+def run_quick(path: str, seed: int = 0) -> str:
+    """The script's stdout from `--quick --no-figures --seed SEED`, run from a foreign directory."""
+    result = subprocess.run([sys.executable, path, "--quick", "--no-figures", "--seed", str(seed)],
+                            capture_output=True, text=True, cwd="/", timeout=300)
+    if result.returncode != 0:
+        raise RuntimeError(f"{os.path.basename(path)} failed (exit {result.returncode}):\n{result.stderr[-3000:]}")
+    return result.stdout
+
+
+def without_timings(text: str) -> list[str]:
+    return [line for line in text.splitlines() if not line.lstrip().startswith(TIMER)]
+
+
+def _round(match: re.Match) -> str:
+    token = match.group(0)
+    value = float(token.replace(",", ""))
+    if abs(value) < 1e-9:
+        return "~0"
+    return f"{value:.3g}"
+
+
+def normalise(text: str) -> str:
+    """Numbers to 3 significant digits, rounding noise to ~0, timing lines dropped, spaces folded."""
+    lines = []
+    for line in without_timings(text):
+        line = NUMBER.sub(_round, line)
+        lines.append(re.sub(r"[ \t]+", " ", line).rstrip())
+    return "\n".join(lines) + "\n"
+
+
+def golden_path(path: str) -> str:
+    return os.path.join(GOLDEN, f"{script_id(path)}.txt")
+
+
+def update():
+    os.makedirs(GOLDEN, exist_ok=True)
+    for path in SCRIPTS:
+        with open(golden_path(path), "w") as f:
+            f.write(normalise(run_quick(path)))
+        print(f"wrote {os.path.relpath(golden_path(path), ROOT)}")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--update"]:
+        sys.exit("usage: python tests/outputs.py --update   (rewrites tests/golden/ from fresh quick runs)")
+    update()
