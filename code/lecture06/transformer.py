@@ -486,7 +486,23 @@ class Adam:
             p.grad = None
 
 
+def noam_lr(step, d_model: int = 512, warmup: int = 4000):
+    """The paper's learning rate (notes §7.5): d_model^-0.5 · min(step^-0.5, step · warmup^-1.5).
+
+    Rises linearly for `warmup` steps to its peak d_model^-0.5 · warmup^-0.5, then falls as 1/√step.
+    step counts updates from 1: at step 0 the formula's step^-0.5 divides by zero, so the first update
+    uses peak / warmup, not 0. step may be an int or an integer numpy array (for plots).
+    """
+    steps = np.asarray(step)
+    if not np.issubdtype(steps.dtype, np.integer) or np.any(steps < 1):
+        raise ValueError(f"noam_lr: step must be an integer >= 1 (the number of the update about to be "
+                         f"made, counting from 1), got {step!r}; step^-0.5 is undefined at 0")
+    steps = steps.astype(np.float64)
+    lr = d_model ** -0.5 * np.minimum(steps ** -0.5, steps * warmup ** -1.5)
+    return float(lr) if lr.ndim == 0 else lr
+
+
 __all__ = ["MASK_VALUE", "set_seed", "logsumexp", "softmax", "softmax_loss", "gelu", "sinusoidal_frequencies",
            "sinusoidal_positions", "Parameter", "Module", "Linear", "Embedding", "Dropout", "LayerNorm",
-           "MultiHeadAttention", "FeedForward", "TransformerLayer", "DecoderLM", "lm_loss", "SGD", "Adam", "Tensor",
-           "no_grad"]
+           "MultiHeadAttention", "FeedForward", "TransformerLayer", "DecoderLM", "lm_loss", "SGD", "Adam", "noam_lr",
+           "Tensor", "no_grad"]
