@@ -1,0 +1,323 @@
+"""Script 01 · Attention: soft lookup, why divide by √d, the causal mask, no positions, RNN vs attention.
+
+Serves notes §1.2 (part 5) and §2.1-§2.4 (parts 1-4). Parts 3 and 4 run the attention layers of
+transformer.py, built on lecture 5's tensor.py. Runtime: about 5 s (`--quick`: about 2 s).
+
+    python code/lecture06/01_attention.py [--part N] [--seed S] [--quick] [--no-figures]
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+# One BLAS thread: on this shared 2-core machine a threaded mat-vec spends most of each RNN step
+# waiting for the other thread, and the timings of part 5 swing by 10×. Set it before numpy loads.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402  (puts lecture05/ on the path too)
+import transformer as tf  # noqa: E402
+from tensor import Tensor, no_grad  # noqa: E402
+
+CONTRAST = ("the plot was good but the acting was bad", "the acting was bad but the plot was good")
+
+
+def softmax(scores: np.ndarray) -> np.ndarray:
+    """transformer.py's softmax (max subtracted, built from tensor.py primitives) on a plain array."""
+    with no_grad():
+        return tf.softmax(Tensor(scores), dim=-1).data
+
+
+# ---- Part 1 · §2.1 ------------------------------------------------------------------------------
+def soft_lookup(query=(0.1, 0.9, 0.3, 0.0), values=(10.0, 20.0, 30.0, 40.0), scales=(1, 4, 16, 64)) -> dict:
+    """Attention as a soft dictionary: 4 orthogonal keys (the 4×4 identity), raw scores q·kᵢ times a scale."""
+    keys = np.eye(len(values))
+    query, values = np.asarray(query, dtype=float), np.asarray(values, dtype=float)
+    rows = []
+    for scale in scales:
+        weights = softmax(scale * (keys @ query))
+        rows.append({"scale": scale, "weights": weights, "output": float(weights @ values)})
+    return {"keys": keys, "query": query, "values": values, "rows": rows}
+
+
+def show_soft_lookup(args):
+    r = soft_lookup()
+    common.header(1, "§2.1", "Attention as a soft lookup")
+    common.note(f"keys = the 4×4 identity, values = {r['values'].tolist()}, query q = {r['query'].tolist()}, "
+                f"scores = scale · q·kᵢ")
+    common.table([[row["scale"], *row["weights"], row["output"]] for row in r["rows"]],
+                 ["scale", "w₁", "w₂", "w₃", "w₄", "output Σ wᵢvᵢ"], floatfmt=".3f")
+    common.note("Sharper scores, harder lookup: the output moves to key 2's value, 20.")
+
+
+# ---- Part 2 · §2.2 ------------------------------------------------------------------------------
+def softmax_jacobian(p: np.ndarray) -> np.ndarray:
+    """∂softmax/∂scores = diag(p) − ppᵀ for each row of p: (..., n) -> (..., n, n). Zero at a one-hot p."""
+    return p[..., :, None] * np.eye(p.shape[-1]) - p[..., :, None] * p[..., None, :]
+
+
+def score_scaling(dims=(4, 16, 64, 256, 1024), n_keys: int = 32, trials: int = 2000, seed: int = 0) -> dict:
+    """One query against n_keys keys, all entries iid N(0, 1), `trials` times for each d.
+
+    For raw scores q·k and scaled ones q·k/√d: the variance of the scores, the softmax's mean max
+    weight and entropy, and the mean Frobenius norm of its Jacobian diag(p) − ppᵀ (what the
+    gradient to q and k is multiplied by).
+    """
+    rng = np.random.default_rng(seed)
+    rows = []
+    for d in dims:
+        scores = []
+        for start in range(0, trials, 250):  # chunks keep memory small at d = 1024
+            c = min(250, trials - start)
+            q = rng.standard_normal((c, d, 1), dtype=np.float32)
+            keys = rng.standard_normal((c, n_keys, d), dtype=np.float32)
+            scores.append((keys @ q)[..., 0])                 # (c, n_keys, d) @ (c, d, 1) -> (c, n_keys)
+        raw = np.concatenate(scores).astype(np.float64)       # (trials, n_keys)
+        row = {"d": d}
+        for name, s in (("raw", raw), ("scaled", raw / math.sqrt(d))):
+            p = softmax(s)                                    # (trials, n_keys)
+            jacobian = softmax_jacobian(p)                    # (trials, n_keys, n_keys)
+            row[name] = {
+                "var": float(s.var()),
+                "max_weight": float(p.max(axis=1).mean()),
+                "entropy": float(-(p * np.log(np.where(p > 0, p, 1.0))).sum(axis=1).mean()),
+                "jacobian": float(np.linalg.norm(jacobian, axis=(1, 2)).mean()),
+            }
+        rows.append(row)
+    return {"n_keys": n_keys, "trials": trials, "uniform_entropy": math.log(n_keys), "rows": rows}
+
+
+def show_score_scaling(args):
+    r = score_scaling(trials=200 if args.quick else 2000, seed=args.seed)
+    common.header(2, "§2.2", "Why divide by √d")
+    common.note(f"q, k with iid N(0, 1) entries; each query against {r['n_keys']} keys, {r['trials']} trials; "
+                f"a uniform softmax has max weight {1 / r['n_keys']:.3f}, entropy {r['uniform_entropy']:.3f} nats")
+    rows = []
+    for row in r["rows"]:
+        raw, scaled = row["raw"], row["scaled"]
+        rows.append([row["d"], raw["var"], math.sqrt(raw["var"]), scaled["var"],
+                     raw["max_weight"], scaled["max_weight"], raw["entropy"], scaled["entropy"],
+                     raw["jacobian"], scaled["jacobian"]])
+    common.table(rows, ["d", "var q·k", "std q·k", "var q·k/√d", "max w raw", "max w scaled",
+                        "entropy raw", "entropy scaled", "‖J‖_F raw", "‖J‖_F scaled"],
+                 floatfmt=("g", ".1f", ".2f", ".3f", ".3f", ".3f", ".3f", ".3f", ".3f", ".3f"))
+    common.note("Raw scores: variance ≈ d, the softmax saturates towards one-hot and its Jacobian "
+                "diag(p) − ppᵀ shrinks, so little gradient reaches Q and K. Scaled: the same at every d.")
+    draw_saturation(r, args.figures)
+
+
+def draw_saturation(r, figures_dir):
+    import matplotlib.pyplot as plt
+    dims = [row["d"] for row in r["rows"]]
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+    for ax, key, title in ((axes[0], "max_weight", "mean max softmax weight"),
+                           (axes[1], "jacobian", "mean ‖diag(p) − ppᵀ‖_F")):
+        for name, label, style in (("raw", "raw q·k", "o-"), ("scaled", "q·k / √d", "s-")):
+            ax.plot(dims, [row[name][key] for row in r["rows"]], style, label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(dims, [str(d) for d in dims])
+        ax.minorticks_off()
+        ax.set_xlabel("d")
+        ax.set_title(title)
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+    axes[0].axhline(1 / r["n_keys"], color="grey", lw=0.8, ls=":", label="uniform (1/32)")
+    axes[0].legend()
+    fig.suptitle(f"Softmax over {r['n_keys']} keys, {r['trials']} trials: raw scores saturate, scaled do not")
+    fig.tight_layout()
+    common.save_figure(fig, "01_softmax_saturation", figures_dir)
+
+
+# ---- Part 3 · §2.3 ------------------------------------------------------------------------------
+def causal_mask(seq_len: int = 5, n_embd: int = 16, n_head: int = 2, n_vocab: int = 10, seed: int = 0) -> dict:
+    """The causal mask, a random-init DecoderLM's attention weights, and replacing token j.
+
+    Replacing token j must leave every output at positions < j bit-identical (0.0 change) and
+    change every output at positions ≥ j.
+    """
+    tf.set_seed(seed)
+    mask = tf.MultiHeadAttention.create_causal_mask(seq_len).data[0, 0]    # (1, 1, S, S) -> (S, S)
+    model = tf.DecoderLM(n_vocab, n_embd, n_head, n_positions=seq_len, n_layers=2, p_dropout=0.0).eval()
+    ids = np.random.default_rng(seed).integers(0, n_vocab, (1, seq_len))
+    with no_grad():
+        logits = model(ids).data[0]                                         # (S, V)
+        weights = np.stack([layer.attention.last_attention.data[0] for layer in model.layers])  # (L, h, S, S)
+        replaced = []
+        for j in range(seq_len):
+            other = ids.copy()
+            other[0, j] = (ids[0, j] + 1) % n_vocab
+            change = np.abs(model(other).data[0] - logits).max(axis=-1)     # (S,): max |Δ logit| per position
+            replaced.append({"j": j, "old": int(ids[0, j]), "new": int(other[0, j]), "change": change})
+    above = np.triu(np.ones((seq_len, seq_len), dtype=bool), k=1)
+    return {"mask": mask, "ids": ids[0], "weights": weights,
+            "max_weight_above_diagonal": float(np.abs(weights[..., above]).max()),
+            "visible_per_row": (mask == 0).sum(axis=1), "masked": int((mask != 0).sum()),
+            "replaced": replaced}
+
+
+def mask_text(value: float) -> str:
+    return "0" if value == 0 else f"{value:.0e}".replace("e+0", "e")   # -1e+09 -> -1e9
+
+
+def show_causal_mask(args):
+    r = causal_mask(seed=args.seed)
+    seq_len = len(r["ids"])
+    common.header(3, "§2.3", "The causal mask: the decoder cannot see the future")
+    common.note(f"Additive mask (row = query, column = key), {mask_text(tf.MASK_VALUE)} where the key is in "
+                f"the future:")
+    common.table([[i, *map(mask_text, row)] for i, row in enumerate(r["mask"])],
+                 ["query \\ key", *range(seq_len)], disable_numparse=True)
+    common.note(f"Position i sees {', '.join(map(str, r['visible_per_row']))} positions; "
+                f"{r['masked']} of {seq_len * seq_len} entries are masked = S(S−1)/2.")
+    common.note(f"\nAttention weights of a random-init 2-layer DecoderLM (layer 0, head 0), "
+                f"tokens {r['ids'].tolist()}:")
+    common.table([[i, *row] for i, row in enumerate(r["weights"][0, 0])], ["query \\ key", *range(seq_len)],
+                 floatfmt=".4f")
+    common.note(f"Largest weight above the diagonal, over every layer and head: {r['max_weight_above_diagonal']!r}")
+    rows = []
+    for rep in r["replaced"]:
+        j, change = rep["j"], rep["change"]
+        rows.append([j, f"{rep['old']} → {rep['new']}", repr(float(change[:j].max())) if j else "— (none)",
+                     f"{change[j:].min():.3g}", f"{int((change[j:] > 0).sum())} of {seq_len - j}"])
+    common.note("\nReplace token j and compare the logits at every position:")
+    common.table(rows, ["j", "token", "max |Δ| at positions < j", "min over positions ≥ j of max |Δ|",
+                        "positions ≥ j changed"], disable_numparse=True)
+    draw_causal_weights(r, args.figures)
+
+
+def draw_causal_weights(r, figures_dir):
+    import matplotlib.pyplot as plt
+    w = r["weights"][0, 0]
+    fig, ax = plt.subplots(figsize=(4.4, 3.8))
+    image = ax.imshow(w, cmap="viridis", vmin=0, vmax=1)
+    for (i, j), value in np.ndenumerate(w):
+        ax.text(j, i, "0" if value == 0 else f"{value:.2f}", ha="center", va="center",
+                color="white" if value < 0.6 else "black", fontsize=9)
+    ax.set_xlabel("key position")
+    ax.set_ylabel("query position")
+    ax.set_title("Causal attention weights (random init)\nabove the diagonal: exactly 0", fontsize=10)
+    fig.colorbar(image, ax=ax, fraction=0.046)
+    common.save_figure(fig, "01_causal_weights", figures_dir)
+
+
+# ---- Part 4 · §2.4 ------------------------------------------------------------------------------
+def permutation(n_embd: int = 16, n_head: int = 2, seed: int = 0) -> dict:
+    """Embedding → one bidirectional TransformerLayer → mean pooling (script 07's encoder), at random init.
+
+    causal=False: a causal mask ties each query to its position, so a causal layer is NOT
+    permutation-equivariant (the last row shows it: GPT without position embeddings still sees order).
+    """
+    words = sorted(set(" ".join(CONTRAST).split()))
+    sentences = [np.array([[words.index(w) for w in s.split()]]) for s in CONTRAST]   # 2 × (1, 9)
+    seq_len = sentences[0].shape[1]
+    tf.set_seed(seed)
+    tokens = tf.Embedding(len(words), n_embd)
+    positions = tf.Embedding(seq_len, n_embd)
+    layer = tf.TransformerLayer(n_embd, n_head, p_dropout=0.0, causal=False).eval()
+
+    def encode(ids, with_positions: bool) -> np.ndarray:
+        x = tokens(ids)                                              # (1, S, D)
+        if with_positions:
+            x = x + positions(np.arange(ids.shape[1])[None, :])
+        return layer(x).data[0]                                      # (S, D)
+
+    with no_grad():
+        perm = np.random.default_rng(seed).permutation(seq_len)
+        shuffle_error = np.abs(encode(sentences[0][:, perm], False) - encode(sentences[0], False)[perm]).max()
+        pooled = {}
+        for name, with_positions, causal in (("no positions", False, False),
+                                             ("learned positions", True, False),
+                                             ("no positions, causal mask", False, True)):
+            layer.attention.causal = causal                          # the same weights, mask on or off
+            a, b = (encode(s, with_positions).mean(axis=0) for s in sentences)   # mean pooling -> (D,)
+            pooled[name] = float(np.abs(a - b).max())
+        layer.attention.causal = False
+    return {"sentences": CONTRAST, "n_tokens": seq_len, "same_words": sorted(CONTRAST[0].split()) ==
+            sorted(CONTRAST[1].split()), "perm": perm, "shuffle_error": float(shuffle_error), "pooled": pooled}
+
+
+def show_permutation(args):
+    r = permutation(seed=args.seed)
+    common.header(4, "§2.4", "Without positions attention is permutation-equivariant")
+    common.note(f"Embedding (d = 16) → one bidirectional Transformer layer (random init), {r['n_tokens']} tokens "
+                f"shuffled by {r['perm'].tolist()}:")
+    common.note(f"max |layer(shuffled x) − shuffled layer(x)| = {r['shuffle_error']:.1e}")
+    common.note(f"\nMean-pooled representations of “{r['sentences'][0]}” and “{r['sentences'][1]}” "
+                f"({r['n_tokens']} tokens each, the same words: {r['same_words']}):")
+    common.table([[name, value] for name, value in r["pooled"].items()], ["model", "max |Δ pooled|"],
+                 floatfmt=".2g")
+    common.note("Without positions the two sentences are one bag of words; position embeddings tell them apart.\n"
+                "A causal mask also breaks the symmetry: a position sees only its prefix.")
+
+
+# ---- Part 5 · §1.2 ------------------------------------------------------------------------------
+def rnn_vs_attention(d: int = 512, lengths=(128, 512, 1024, 2048, 4096, 8192), timed=(512, 2048),
+                     repeats: int = 3, seed: int = 0) -> dict:
+    """Per-token FLOPs (matmuls only, 2 per multiply-add), serial steps and path length; measured GFLOP/s.
+
+    RNN step h_t = tanh(W [h_{t−1}; x_t]), W of size d × 2d: 4d² FLOPs, one mat-vec, n steps one after
+    another. Attention layer: Q, K, V, O projections 8d², scores QKᵀ and weights·V 4nd, one pass.
+    """
+    rows = [{"n": n, "rnn": 4 * d * d, "attention": 8 * d * d + 4 * n * d,
+             "ratio": (8 * d * d + 4 * n * d) / (4 * d * d), "rnn_steps": n, "attention_steps": 1,
+             "rnn_path": n, "attention_path": 1} for n in lengths]
+    rng = np.random.default_rng(seed)
+    w_rnn = rng.standard_normal((d, 2 * d), dtype=np.float32) / math.sqrt(2 * d)
+    w_qkv = rng.standard_normal((d, 3 * d), dtype=np.float32) / math.sqrt(d)
+    w_o = rng.standard_normal((d, d), dtype=np.float32) / math.sqrt(d)
+
+    def rnn(x):
+        z = np.zeros(2 * d, dtype=np.float32)          # [h; x_t]
+        for x_t in x:                                  # n serial steps: each needs the previous h
+            z[d:] = x_t
+            z[:d] = np.tanh(w_rnn @ z)                 # one (d, 2d) mat-vec
+        return z[:d]
+
+    def attention(x):
+        q, k, v = np.split(x @ w_qkv, 3, axis=1)       # (n, d) @ (d, 3d) -> 3 × (n, d)
+        s = q @ k.T / np.float32(math.sqrt(d))         # (n, n)
+        p = np.exp(s - s.max(axis=1, keepdims=True))
+        return (p / p.sum(axis=1, keepdims=True)) @ v @ w_o
+
+    timings = []
+    for n in timed:
+        x = rng.standard_normal((n, d), dtype=np.float32)
+        row = {"n": n}
+        for name, fn, flops in (("rnn", rnn, 4 * d * d * n), ("attention", attention, (8 * d * d + 4 * n * d) * n)):
+            best = math.inf
+            for _ in range(repeats):
+                with common.stopwatch() as elapsed:
+                    fn(x)
+                best = min(best, elapsed())
+            row[name] = {"seconds": best, "gflops": flops / best / 1e9}
+        timings.append(row)
+    return {"d": d, "rows": rows, "timings": timings}
+
+
+def show_rnn_vs_attention(args):
+    r = rnn_vs_attention(timed=(256,) if args.quick else (512, 1024), repeats=3,
+                         seed=args.seed)
+    d = r["d"]
+    common.header(5, "§1.2", f"RNN vs attention, d = {d}")
+    common.table([[row["n"], row["rnn"], row["attention"], row["ratio"], row["rnn_steps"], row["attention_steps"],
+                   row["rnn_path"], row["attention_path"]] for row in r["rows"]],
+                 ["n", "RNN FLOPs/token 4d²", "attention FLOPs/token 8d²+4nd", "ratio 2 + n/d",
+                  "serial steps RNN", "attention", "path 1st→last RNN", "attention"],
+                 floatfmt=("g", ",", ",", ".2f", "g", "g", "g", "g"), intfmt=",")
+    common.note("Attention saves no FLOPs: its four projections alone are 2× the RNN's two d×d matrices.\n"
+                "It wins on parallelism: one big matmul instead of n dependent mat-vecs "
+                "(float32, numpy BLAS, one thread each):")
+    for row in r["timings"]:
+        rnn, att = row["rnn"], row["attention"]
+        common.timing(f"n = {row['n']}: RNN {rnn['gflops']:.1f} GFLOP/s ({row['n']} mat-vecs, "
+                      f"{rnn['seconds'] * 1e3:.1f} ms); attention {att['gflops']:.1f} GFLOP/s "
+                      f"(one pass, {att['seconds'] * 1e3:.1f} ms)")
+
+
+PARTS = {1: show_soft_lookup, 2: show_score_scaling, 3: show_causal_mask, 4: show_permutation,
+         5: show_rnn_vs_attention}
+
+if __name__ == "__main__":
+    common.main(__doc__, PARTS, uses_torch=False)
