@@ -7,26 +7,9 @@ import pytest
 import torch
 
 import tensor as T
-from gradcheck import check_gradients, relative_error
+from gradcheck import PRIMITIVES, check_gradients, leaf, relative_error
 from tensor import Tensor, count_ops, embedding, no_grad
 
-PRIMITIVES = {"add", "mul", "neg", "exp", "log", "sigmoid", "relu", "matmul", "sum", "max", "view",
-              "permute", "contiguous", "embedding"}
-
-
-def leaf(shape, layout="contiguous", seed=0, low=None, high=None):
-    """A float64 leaf. layout="permuted": the same shape, but a transposed (non-contiguous) view."""
-    rng = np.random.default_rng(seed)
-    draw = (lambda s: rng.uniform(low, high, s)) if low is not None else rng.standard_normal
-    if layout == "contiguous":
-        data = draw(shape)
-    else:
-        data = draw(shape[::-1]).T                  # reversed axes: strides run backwards
-        if data.flags["C_CONTIGUOUS"] and data.size > 1:  # 1-D or size-1 axes: every other element instead
-            data = draw(tuple(2 * s for s in shape))[tuple(slice(None, None, 2) for _ in shape)]
-    t = Tensor(data, requires_grad=True)
-    assert t.is_contiguous() == (layout == "contiguous" or t.data.size <= 1)
-    return t
 
 
 def away_from_zero(t, margin=0.05):
@@ -306,3 +289,15 @@ def test_error_permute_and_pow():
 def test_item():
     assert T.tensor([[2.5]]).item() == 2.5
     assert T.tensor(3.0).item() == 3.0
+
+
+def test_sigmoid_extremes():
+    """exp(-logaddexp(0, -x)): no overflow warning at |x| = 1000; values and gradients stay accurate."""
+    x = T.tensor([-1000.0, -30.0, 0.0, 30.0, 1000.0], requires_grad=True)
+    with np.errstate(over="raise", divide="raise", invalid="raise"):   # underflow to 0 is fine
+        y = x.sigmoid()
+        y.sum().backward()
+    s = np.array([0.0, np.exp(-30) / (1 + np.exp(-30)), 0.5, 1 / (1 + np.exp(-30)), 1.0])
+    np.testing.assert_allclose(y.data, s, rtol=3e-15, atol=0)
+    # s(1 - s) loses relative precision where s rounds near 1 (as in torch), never more than eps absolute
+    np.testing.assert_allclose(x.grad, s * np.array([1.0, 1 - s[1], 0.5, s[1], 0.0]), rtol=1e-14, atol=2e-16)

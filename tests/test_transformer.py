@@ -1,0 +1,341 @@
+"""transformer.py: every-element gradient checks of every module, the GELU and 1/√x identities,
+masks, dropout, position limits, errors, and that the modules use nothing but tensor.py's primitives."""
+import ast
+import inspect
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tensor as T
+import transformer as tr
+from gradcheck import PRIMITIVES, check_gradients, leaf
+from tensor import Tensor, count_ops
+
+B, S, D, H, V = 2, 3, 4, 2, 5                 # small: every element is perturbed twice
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    tr.set_seed(0)
+
+
+def randomize_layernorms(module, seed=1):
+    """LayerNorm starts at weights 1, bias 0; random values make their gradients a real test."""
+    rng = np.random.default_rng(seed)
+    for _, m in module.named_modules():
+        if isinstance(m, tr.LayerNorm):
+            m.weights.data[...] = rng.uniform(0.5, 1.5, m.weights.shape)
+            m.bias.data[...] = rng.uniform(-0.5, 0.5, m.bias.shape)
+    return module
+
+
+def check_module(module, f, inputs=()):
+    """Gradient check of f() with respect to every parameter of module and every input leaf."""
+    return check_gradients(f, module.parameters() + list(inputs))
+
+
+# ---- gradient checks ---------------------------------------------------------------------------
+@pytest.mark.parametrize("layout", ["contiguous", "permuted"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_gradient_linear(layout, bias):
+    lin, x = tr.Linear(D, 3, bias=bias), leaf((B, S, D), layout)
+    assert (lin.bias is None) == (not bias)
+    check_module(lin, lambda: lin(x), [x])
+
+
+def test_gradient_embedding():
+    emb = tr.Embedding(V, D)
+    ids = np.array([[0, 3, 3], [4, 0, 3]])     # repeated ids: their gradients add up
+    check_module(emb, lambda: emb(ids))
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "permuted"])
+def test_gradient_layernorm(layout):
+    ln, x = randomize_layernorms(tr.LayerNorm(D)), leaf((B, S, D), layout)
+    check_module(ln, lambda: ln(x), [x])
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "permuted"])
+@pytest.mark.parametrize("causal", [True, False])
+def test_gradient_attention(causal, layout):
+    mha, x = tr.MultiHeadAttention(D, H, causal=causal, p_dropout=0.0), leaf((B, S, D), layout)
+    check_module(mha, lambda: mha(x), [x])
+
+
+def test_gradient_attention_pad_mask():
+    mha, x = tr.MultiHeadAttention(D, H, causal=False, p_dropout=0.0), leaf((B, S, D), "permuted")
+    pad = np.array([[False, False, True], [False, True, True]])
+    check_module(mha, lambda: mha(x, pad_mask=pad), [x])
+
+
+def test_gradient_cross_attention():
+    mha = tr.MultiHeadAttention(D, H, causal=False, p_dropout=0.0)
+    x, memory = leaf((B, S, D)), leaf((B, S + 2, D), "permuted", seed=1)   # 3 queries, 5 keys
+    pad = np.array([[False] * 5, [False, False, False, True, True]])
+    check_module(mha, lambda: mha(x, kv=memory, pad_mask=pad), [x, memory])
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "permuted"])
+def test_gradient_feedforward(layout):
+    ff, x = tr.FeedForward(D, p_dropout=0.0), leaf((B, S, D), layout)
+    check_module(ff, lambda: ff(x), [x])
+
+
+@pytest.mark.parametrize("pre_ln", [True, False])
+def test_gradient_transformer_layer(pre_ln):
+    layer = randomize_layernorms(tr.TransformerLayer(D, H, p_dropout=0.0, pre_ln=pre_ln))
+    x = leaf((B, S, D), "permuted")
+    pad = np.array([[False, False, False], [False, False, True]])
+    check_module(layer, lambda: layer(x, pad_mask=pad), [x])
+
+
+@pytest.mark.parametrize("positions,tie_weights,pre_ln,n_layers", [
+    ("learned", False, True, 2), ("sinusoidal", False, True, 1), ("none", False, True, 1),
+    ("learned", True, True, 1), ("learned", False, False, 1)])
+def test_gradient_decoder_lm(positions, tie_weights, pre_ln, n_layers):
+    model = randomize_layernorms(tr.DecoderLM(V, D, H, n_positions=S, n_layers=n_layers, p_dropout=0.0,
+                                              positions=positions, tie_weights=tie_weights, pre_ln=pre_ln))
+    ids = np.array([[1, 4, 1], [0, 2, 3]])
+    names = [n for n, _ in model.named_parameters()]
+    assert ("lm_head.weights" in names) == (not tie_weights)
+    assert ("position_embeddings.weights" in names) == (positions == "learned")
+    check_module(model, lambda: model(ids))
+
+
+def test_gradient_losses():
+    z = leaf((3, 5))
+    z.data[0] *= 1000.0                        # a row of large logits: the max must be subtracted
+    check_gradients(lambda: tr.logsumexp(z, dim=1), [z])
+    check_gradients(lambda: tr.logsumexp(z, dim=0), [z])
+    check_gradients(lambda: tr.softmax(z, dim=-1), [z])
+    check_gradients(lambda: tr.softmax_loss(z, [2, 0, 4]), [z])
+    logits = leaf((B, S, V), "permuted")
+    check_gradients(lambda: tr.lm_loss(logits.contiguous(), [[1, 2, 3], [0, 4, 4]]), [logits])
+
+
+def test_softmax_loss_values_and_gradient():
+    z = T.tensor([[1000.0, 999.0, 998.0], [0.5, -1.0, 2.0]], requires_grad=True)
+    y = np.array([0, 2])
+    loss = tr.softmax_loss(z, y)
+    expected = np.log(np.exp(z.data - z.data.max(1, keepdims=True)).sum(1)) + z.data.max(1) - z.data[[0, 1], y]
+    np.testing.assert_allclose(loss.data, expected, rtol=1e-15)
+    assert abs((loss.data[0] + 1000.0) - 1000.407606) < 5e-7   # logsumexp([1000, 999, 998]) (notes §9.1)
+    loss.sum().backward()
+    p = np.exp(z.data - z.data.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    np.testing.assert_allclose(z.grad, p - np.eye(3)[y], rtol=0, atol=1e-15)
+
+
+# ---- the two identities of notes §9.1 -----------------------------------------------------------
+def test_gelu_is_x_sigmoid_2u():
+    x = np.linspace(-6, 6, 2001)
+    u = math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)
+    ours = tr.gelu(T.tensor(x)).data
+    assert np.max(np.abs(ours - 0.5 * x * (1 + np.tanh(u)))) <= 1e-12
+    theirs = F.gelu(torch.from_numpy(x), approximate="tanh").numpy()
+    assert np.max(np.abs(ours - theirs)) <= 1e-12
+
+
+def test_inverse_sqrt_from_exp_and_log():
+    v = np.logspace(-10, 10, 201)
+    ours = ((T.tensor(v).log() * -0.5).exp()).data   # as LayerNorm writes it
+    assert np.max(np.abs(ours * np.sqrt(v) - 1.0)) <= 1e-12
+
+
+def test_layernorm_matches_formula():
+    x = np.random.default_rng(0).standard_normal((B, S, 6)) * 3 + 1
+    ln = randomize_layernorms(tr.LayerNorm(6, eps=1e-5))
+    mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)    # biased variance
+    expected = (x - mu) / np.sqrt(var + 1e-5) * ln.weights.data + ln.bias.data
+    np.testing.assert_allclose(ln(T.tensor(x)).data, expected, rtol=0, atol=1e-13)
+
+
+# ---- masks -----------------------------------------------------------------------------------------
+def test_causal_mask_and_weights():
+    mask = tr.MultiHeadAttention.create_causal_mask(5).data[0, 0]
+    assert (mask[np.triu_indices(5, 1)] == tr.MASK_VALUE).all() and (mask[np.tril_indices(5)] == 0).all()
+    mha = tr.MultiHeadAttention(D, H, causal=True, p_dropout=0.0)
+    mha(leaf((B, 5, D)))
+    w = mha.last_attention.data                                   # (B, h, S, S)
+    assert w.shape == (B, H, 5, 5)
+    assert (w[..., np.triu_indices(5, 1)[0], np.triu_indices(5, 1)[1]] == 0.0).all()   # exactly 0
+    assert (w[..., np.tril_indices(5)[0], np.tril_indices(5)[1]] > 0).all()
+    np.testing.assert_allclose(w.sum(-1), 1.0, rtol=0, atol=1e-15)
+
+
+@pytest.mark.parametrize("j", [0, 2, 4])
+def test_future_token_changes_nothing_before_it(j):
+    model = tr.DecoderLM(V + 3, D, H, n_positions=6, n_layers=2, p_dropout=0.0)
+    ids = np.array([[1, 2, 3, 4, 5, 6], [7, 0, 1, 2, 3, 4]])
+    changed = ids.copy()
+    changed[:, j] = (changed[:, j] + 1) % (V + 3)
+    a, b = model(ids).data, model(changed).data
+    assert (a[:, :j] == b[:, :j]).all()                           # bit-identical before j
+    assert (np.abs(a[:, j:] - b[:, j:]).max(axis=-1) > 0).all()   # every later position moves
+
+
+def test_padded_token_changes_nothing_else():
+    layer = tr.TransformerLayer(D, H, p_dropout=0.0, causal=False)
+    pad = np.array([[False, False, False, True, True], [False, True, True, True, True]])
+    x = np.random.default_rng(0).standard_normal((B, 5, D))
+    x2 = x.copy()
+    x2[pad] = np.random.default_rng(1).standard_normal((pad.sum(), D)) * 10
+    a, b = layer(Tensor(x), pad_mask=pad).data, layer(Tensor(x2), pad_mask=pad).data
+    assert (a[~pad] == b[~pad]).all()                             # bit-identical at real tokens
+    w = layer.attention.last_attention.data                       # (B, h, S, S)
+    assert (w[0][..., 3:] == 0).all() and (w[1][..., 1:] == 0).all()
+
+
+def test_fully_masked_row_has_no_nan():
+    row = T.tensor(np.full((1, 4), tr.MASK_VALUE))                # every entry masked
+    np.testing.assert_array_equal(tr.softmax(row).data, np.full((1, 4), 0.25))   # uniform, exactly
+    with np.errstate(invalid="ignore"):                           # what a real -inf would do
+        inf_row = np.full(4, -np.inf)
+        assert np.isnan(np.exp(inf_row - inf_row.max())).all()
+    mha = tr.MultiHeadAttention(D, H, causal=True, p_dropout=0.0)
+    pad = np.array([[True, False, False], [True, True, True]])    # query 0 (and all of batch 1) see only pads
+    out = mha(leaf((B, S, D)), pad_mask=pad)
+    w = mha.last_attention.data
+    assert np.isfinite(out.data).all() and np.isfinite(w).all()
+    np.testing.assert_allclose(w.sum(-1), 1.0, rtol=0, atol=1e-15)
+
+
+# ---- dropout ---------------------------------------------------------------------------------------
+def test_dropout_eval_is_identity():
+    drop, x = tr.Dropout(0.5), leaf((3, 4))
+    drop.eval()
+    assert drop(x) is x
+    model = tr.DecoderLM(V, D, H, n_positions=S, n_layers=1, p_dropout=0.5).eval()
+    assert all(not m.training for _, m in model.named_modules())
+    ids = np.array([[1, 2, 3]])
+    np.testing.assert_array_equal(model(ids).data, model(ids).data)
+
+
+def test_dropout_train_mask_and_scaling():
+    p, x = 0.1, Tensor(np.random.default_rng(0).uniform(1, 2, (200, 500)), requires_grad=True)
+    drop = tr.Dropout(p)
+    y = drop(x)
+    mask = drop.last_mask
+    assert set(np.unique(mask)) == {0.0, 1 / (1 - p)}
+    np.testing.assert_array_equal(y.data, x.data * mask)
+    kept = (mask > 0).mean()
+    assert abs(kept - (1 - p)) <= 4 * math.sqrt(p * (1 - p) / mask.size)
+    y.sum().backward()
+    np.testing.assert_array_equal(x.grad, mask)                   # the gradient is masked and scaled too
+    given = np.ones_like(mask) * 2.0
+    np.testing.assert_array_equal(drop(x, mask=given).data, x.data * 2.0)   # a supplied mask is used
+    with pytest.raises(ValueError, match=r"p_dropout must be in \[0, 1\), got 1.0"):
+        tr.Dropout(1.0)
+
+
+# ---- positions -------------------------------------------------------------------------------------
+def test_sequence_longer_than_n_positions():
+    model = tr.DecoderLM(V, D, H, n_positions=8, n_layers=1)
+    with pytest.raises(ValueError, match=r"sequence length 9 exceeds n_positions=8"):
+        model(np.zeros((1, 9), dtype=int))
+    assert model(np.zeros((1, 8), dtype=int)).shape == (1, 8, V)
+    sinusoidal = tr.DecoderLM(V, D, H, n_positions=8, n_layers=1, positions="sinusoidal")
+    assert sinusoidal(np.zeros((1, 12), dtype=int)).shape == (1, 12, V)   # computed, not looked up
+
+
+def test_sinusoidal_positions_formula():
+    pe = tr.sinusoidal_positions(50, 8)
+    t, i = 37, 2
+    assert pe[t, 2 * i] == math.sin(t / 10000 ** (2 * i / 8))
+    assert abs(pe[t, 2 * i + 1] - math.cos(t / 10000 ** (2 * i / 8))) <= 1e-15
+    assert np.abs(pe).max() <= 1.0
+
+
+# ---- structure: parameter counting, names, and nothing but primitives -------------------------------
+def test_parameter_count():
+    d, v, n_pos, layers = 8, 11, 7, 3
+    per_layer = 2 * 2 * d + 4 * (d * d + d) + (d * 4 * d + 4 * d) + (4 * d * d + d)
+    model = tr.DecoderLM(v, d, 2, n_positions=n_pos, n_layers=layers)
+    assert model.num_parameters() == v * d + n_pos * d + layers * per_layer + 2 * d + d * v
+    tied = tr.DecoderLM(v, d, 2, n_positions=n_pos, n_layers=layers, tie_weights=True)
+    assert model.num_parameters() - tied.num_parameters() == d * v
+    assert len(model.layers) == layers and all(isinstance(m, tr.TransformerLayer) for m in model.layers)
+    assert [n for n, _ in model.named_parameters()][:3] == [
+        "token_embeddings.weights", "position_embeddings.weights", "layers.0.ln_1.weights"]
+
+
+def test_only_primitives_in_forward_and_backward():
+    """Every op a DecoderLM's forward and backward run is one of the 14 primitives; every node of its
+    graph was made by one, and the graph's leaves are the model's parameters or constants."""
+    model = tr.DecoderLM(V, D, H, n_positions=S, n_layers=2, p_dropout=0.1, tie_weights=True)
+    with count_ops() as counts:
+        loss = tr.lm_loss(model(np.array([[1, 2, 3], [4, 0, 1]])), [[2, 3, 4], [0, 1, 2]])
+        graph, stack, seen = [], [loss], set()
+        while stack:
+            node = stack.pop()
+            if id(node) not in seen:
+                seen.add(id(node))
+                graph.append(node)
+                stack.extend(node._parents)
+        loss.backward()
+    assert set(counts) <= PRIMITIVES
+    made = [n for n in graph if n._parents]
+    assert {n._op for n in made} <= PRIMITIVES - {"max"}          # max is a constant: never in the graph
+    leaves = [n for n in graph if not n._parents]
+    assert {id(p) for p in model.parameters()} <= {id(n) for n in leaves}
+    assert all(isinstance(n, tr.Parameter) or not n.requires_grad for n in leaves)
+    assert all(p.grad is not None for p in model.parameters())
+
+
+def violations(source: str) -> list:
+    """Places in source that define a backward, or touch `.data`/`.grad`/`._backward` outside the
+    optimizers, zero_grad and the parameter count (the only code allowed to handle arrays directly)."""
+    allowed = {"SGD", "Adam", "num_parameters", "zero_grad"}
+    found = []
+
+    def walk(node, owner):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.ClassDef)):
+                if child.name in ("backward", "_backward"):
+                    found.append(f"defines {child.name} (line {child.lineno})")
+                walk(child, owner if owner in allowed else child.name)   # inside an allowed scope, stay
+                continue
+            if isinstance(child, ast.Attribute) and child.attr in ("data", "grad", "_backward") \
+                    and owner not in allowed:
+                found.append(f".{child.attr} in {owner} (line {child.lineno})")
+            walk(child, owner)
+    walk(ast.parse(source), None)
+    return found
+
+
+def test_no_handwritten_backward_or_array_arithmetic():
+    assert violations(inspect.getsource(tr)) == []
+    bad = "class Gelu:\n    def forward(self, x):\n        return Tensor(np.tanh(x.data))\n" \
+          "    def backward(self, g):\n        pass\n"
+    assert violations(bad) == [".data in forward (line 3)", "defines backward (line 4)"]
+
+
+# ---- bad input ---------------------------------------------------------------------------------------
+def test_errors():
+    with pytest.raises(ValueError, match="n_embd=6 is not divisible by n_head=4"):
+        tr.MultiHeadAttention(6, 4)
+    with pytest.raises(ValueError, match=r"Linear\(4, 3\): input's last dimension is 5"):
+        tr.Linear(4, 3)(leaf((2, 5)))
+    with pytest.raises(ValueError, match=r"LayerNorm\(4\): input's last dimension is 3"):
+        tr.LayerNorm(4)(leaf((2, 3)))
+    with pytest.raises(ValueError, match=r"expected x of shape \(B, S, 4\), got \(3, 4\)"):
+        tr.MultiHeadAttention(4, 2)(leaf((3, 4)))
+    with pytest.raises(ValueError, match="causal mask needs as many keys as queries"):
+        tr.MultiHeadAttention(4, 2, causal=True)(leaf((1, 3, 4)), kv=leaf((1, 5, 4)))
+    with pytest.raises(ValueError, match=r"pad_mask must have shape \(B, S_k\) = \(1, 3\), got \(1, 4\)"):
+        tr.MultiHeadAttention(4, 2, causal=False)(leaf((1, 3, 4)), pad_mask=np.zeros((1, 4), bool))
+    with pytest.raises(ValueError, match=r"expected logits \(N, C\) and target \(N,\), got \(3, 5\) and \(2,\)"):
+        tr.softmax_loss(leaf((3, 5)), [0, 1])
+    with pytest.raises(IndexError, match=r"target ids must lie in 0..4"):
+        tr.softmax_loss(leaf((2, 5)), [0, 5])
+    with pytest.raises(ValueError, match="positions must be 'learned', 'sinusoidal' or 'none'"):
+        tr.DecoderLM(V, D, H, n_positions=S, positions="rotary")
+    with pytest.raises(ValueError, match=r"token ids of shape \(B, S\), got \(3,\)"):
+        tr.DecoderLM(V, D, H, n_positions=S)(np.array([1, 2, 3]))
+    with pytest.raises(IndexError, match="out of range for a table with 5 rows"):
+        tr.DecoderLM(V, D, H, n_positions=S)(np.array([[1, 5]]))
+    with pytest.raises(ValueError, match="d must be even"):
+        tr.sinusoidal_positions(4, 5)
