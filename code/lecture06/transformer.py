@@ -15,8 +15,9 @@ What follows which part of the notes (and of the paper, Vaswani et al. 2017):
 - sinusoidal_positions ............... §4.2
 
 Masks, written down once: an additive mask holds 0 where a query may look and MASK_VALUE (-1e9)
-where it may not. In float64, exp(-1e9 - m) is exactly 0, and a fully masked row becomes uniform
-instead of nan (a real -inf would give nan; notes §2.3).
+where it may not. In float64, exp(-1e9 - m) is exactly 0, and a fully masked row still gets finite
+weights summing to 1 instead of nan (a real -inf would give nan; notes §2.3). They are uniform only if
+its scores are equal: float64 keeps s - 1e9 apart for different s (float32 would round them together).
 """
 from __future__ import annotations
 
@@ -50,8 +51,11 @@ def logsumexp(x: Tensor, dim: int = -1) -> Tensor:
 
 
 def softmax(x: Tensor, dim: int = -1) -> Tensor:
-    """exp(x - logsumexp(x)): no division needed, and stable for any scale of x."""
-    return (x - logsumexp(x, dim)).exp()
+    """exp((x - m) - log Σ exp(x - m)): no division, no overflow. The max m is subtracted before
+    anything else, so the result keeps full precision even where |x| is huge (exp(x - logsumexp(x))
+    would lose it to rounding in logsumexp ≈ m: a row of -1e9 would give 0.2499999990, not 1/4)."""
+    shifted = x - x.max(axis=dim, keepdims=True)     # the max is a constant (see logsumexp)
+    return (shifted - shifted.exp().sum(axis=dim, keepdims=True).log()).exp()
 
 
 def softmax_loss(logits: Tensor, target) -> Tensor:
