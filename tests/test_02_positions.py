@@ -99,7 +99,7 @@ def test_parameter_table():
 
 # ---- every part runs as the script runs it (`--quick`), figures included -----------------------------
 def test_every_part_prints_and_draws(tmp_path, capsys):
-    m.common.main(m.__doc__, m.PARTS, ["--quick", "--figures", str(tmp_path)])
+    m.common.main(m.__doc__, m.PARTS, ["--quick", "--figures", str(tmp_path)], uses_torch=False)
     out = capsys.readouterr().out
     assert all(f"Part {n} · §" in out for n in range(1, 6))
     assert all(text in out for text in ("3.714", "60,611", "63,082,496", "37.52", "ValueError"))

@@ -69,7 +69,7 @@ def score_scaling(dims=(4, 16, 64, 256, 1024), n_keys: int = 32, trials: int = 2
     rows = []
     for d in dims:
         scores = []
-        for start in range(0, trials, 250):  # chunks keep memory small at d = 1024
+        for start in range(0, trials, 250):  # chunks keep memory small at d = 1024; float32 draws twice as fast
             c = min(250, trials - start)
             q = rng.standard_normal((c, d, 1), dtype=np.float32)
             keys = rng.standard_normal((c, n_keys, d), dtype=np.float32)

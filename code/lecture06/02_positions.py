@@ -307,4 +307,4 @@ PARTS = {1: show_sinusoidal, 2: show_rotation, 3: show_learned_limit, 4: show_em
          5: show_parameter_table}
 
 if __name__ == "__main__":
-    common.main(__doc__, PARTS)
+    common.main(__doc__, PARTS, uses_torch=False)   # part 5 imports torch itself, and draws nothing random
