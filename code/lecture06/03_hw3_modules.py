@@ -1,0 +1,327 @@
+"""Script 03 · HW3's modules op by op: stable loss, dropout, multi-head shapes, parity, op counts.
+
+Serves the lecture-6 notes §9.1 (softmax_loss through logsumexp, part 1), §7.2 (dropout, part 2),
+§3.2 (shapes and strides inside multi-head attention, part 3), §9.2 (parity with the PyTorch twin,
+part 4) and §8.4 (how many primitive operations each module's forward makes, part 5).
+Everything runs on transformer.py, i.e. on lecture 5's tensor.py primitives only; torch appears as
+the reference in part 4. Runtime: about 3 s on a 2-core CPU.
+
+    python code/lecture06/03_hw3_modules.py [--part N] [--seed S] [--quick] [--no-figures]
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+from collections import Counter
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402  (puts code/lecture05 on sys.path too)
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import tensor  # noqa: E402
+import torch_ref  # noqa: E402
+import transformer  # noqa: E402
+from tensor import Tensor  # noqa: E402
+
+
+# ---- Part 1 · §9.1 softmax_loss = logsumexp(z) − z_y ---------------------------------------------
+def stable_loss(logits=(1000.0, 999.0, 998.0), target: int = 0) -> dict:
+    """Naive log Σ exp against transformer.logsumexp, and the autodiff gradient of softmax_loss."""
+    z = np.asarray(logits, dtype=np.float64)
+    with np.errstate(over="ignore"):  # exp(1000) overflows: that is the point
+        naive = float(np.log(np.exp(z).sum()))
+    x = Tensor(z[None, :], requires_grad=True)            # (1, C): one example
+    lse = transformer.logsumexp(x).item()
+    loss = transformer.softmax_loss(x, [target])
+    loss.sum().backward()
+    # the textbook gradient, from numpy alone: shifting by the max changes nothing and overflows nothing
+    softmax = np.exp(z - z.max()) / np.exp(z - z.max()).sum()
+    onehot = np.eye(len(z))[target]
+    return dict(logits=z, target=target, naive=naive, logsumexp=lse, loss=loss.item(),
+                grad=x.grad[0], softmax=softmax, onehot=onehot,
+                max_grad_diff=float(np.abs(x.grad[0] - (softmax - onehot)).max()))
+
+
+def show_stable_loss(args):
+    r = stable_loss()
+    common.header(1, "§9.1", "softmax_loss = logsumexp(z) − z_y, stable at any scale")
+    common.table([["naive log Σ exp(z)  (numpy)", f"{r['naive']}"],
+                  ["transformer.logsumexp(z)", f"{r['logsumexp']:.6f}"],
+                  [f"softmax_loss(z, y={r['target']})", f"{r['loss']:.6f}"]],
+                 headers=[f"z = {r['logits'].tolist()}", "value"], disable_numparse=True)
+    print()
+    common.table([[i, z, p, o, g] for i, (z, p, o, g) in
+                  enumerate(zip(r["logits"], r["softmax"], r["onehot"], r["grad"]))],
+                 headers=["class", "z", "softmax(z)", "onehot(y)", "∂loss/∂z (autodiff)"], floatfmt=".6f")
+    print(f"max |autodiff gradient − (softmax − onehot)| = {r['max_grad_diff']:.1e}")
+
+
+# ---- Part 2 · §7.2 inverted dropout ----------------------------------------------------------------
+def dropout_demo(n: int = 100_000, p: float = 0.1) -> dict:
+    """transformer.Dropout on a tensor of ones: kept fraction, mean, and eval mode."""
+    layer = transformer.Dropout(p)
+    x = Tensor(np.ones(n))
+    y = layer(x).data
+    kept = np.count_nonzero(y) / n
+    layer.eval()
+    y_eval = layer(x)
+    return dict(n=n, p=p, kept=kept, mean=float(y.mean()), kept_over_keep_prob=kept / (1 - p),
+                sigma=math.sqrt(p * (1 - p) / n), kept_values=np.unique(y[y != 0]),
+                eval_is_identity=y_eval is x, eval_max_change=float(np.abs(y_eval.data - x.data).max()))
+
+
+def show_dropout(args):
+    r = dropout_demo(n=10_000 if args.quick else 100_000)
+    common.header(2, "§7.2", f"Dropout p = {r['p']} on {r['n']:,} ones")
+    common.table([["kept fraction", f"{r['kept']:.4f}", f"1 − p = {1 - r['p']:.1f} ± {r['sigma']:.4f} (1σ)"],
+                  ["value of a kept entry", f"{r['kept_values'][0]:.6f}", "1/(1 − p), inverted dropout"],
+                  ["mean of the output", f"{r['mean']:.4f}", f"kept/(1 − p) = {r['kept_over_keep_prob']:.4f}"],
+                  ["eval mode: max |output − input|", f"{r['eval_max_change']:.1f}",
+                   "identity" + (" (returns its input)" if r["eval_is_identity"] else "")]],
+                 headers=["train mode", "ours", "expected"], disable_numparse=True)
+    print(f"|mean − kept/(1 − p)| = {abs(r['mean'] - r['kept_over_keep_prob']):.1e}: the mean is the kept "
+          f"fraction rescaled, so E[output] = input")
+
+
+# ---- Part 3 · §3.2 shapes and strides in multi-head attention -----------------------------------------
+def _input_of(t: Tensor) -> Tensor:
+    """tensor.py records each op's inputs, so a module's intermediate tensors can be read back from the
+    graph instead of re-implementing the module here."""
+    return t._parents[0]
+
+
+def head_shapes(B: int = 2, S: int = 5, D: int = 12, h: int = 3, seed: int = 0) -> dict:
+    """Every step of transformer.MultiHeadAttention's forward, with shapes and strides (in elements)."""
+    mha = transformer.MultiHeadAttention(D, h, causal=True, p_dropout=0.0)
+    x = Tensor(np.random.default_rng(seed).standard_normal((B, S, D)))
+    q, kT, v = mha.project_to_query_key_value(x)
+    q_view = _input_of(q)                                # (B, S, h, Dh), before the permute
+    merged = mha.self_attention(q, kT, v, mha.create_causal_mask(S))
+    merged_copy = _input_of(merged)                      # contiguous() output, (B, S, h, Dh)
+    merged_permuted = _input_of(merged_copy)             # (B, h, S, Dh) -> (B, S, h, Dh), no copy
+    heads_out = _input_of(merged_permuted)               # softmax weights @ v, (B, h, S, Dh)
+    y = mha.out_projection(merged)
+    steps = [("x", "input", x, False),
+             ("q_projection(x)", "Linear D → D", _input_of(q_view), False),
+             (".view(B, S, h, Dh)", "split D into h heads", q_view, True),
+             (".permute(0, 2, 1, 3) = q", "heads next to batch", q, True),
+             ("kT", "k permuted (0, 1, 3, 2)", kT, True),
+             ("q @ kT (scores)", "B·h matmuls at once", q @ kT, False),
+             ("softmax(scores/√Dh + mask)", "attention weights", mha.last_attention, False),
+             ("weights @ v", "each head's output", heads_out, False),
+             (".permute(0, 2, 1, 3)", "heads back next to Dh", merged_permuted, True),
+             (".contiguous()", "one real copy", merged_copy, True),
+             (".view(B, S, D)", "concatenate the heads", merged, True),
+             ("out_projection", "Linear D → D", y, False)]
+    rows = []
+    for code, what, t, layout in steps:
+        storage = "new"
+        if layout:  # view, permute, contiguous: does the result share memory with its input?
+            storage = "shared (no copy)" if np.shares_memory(t.data, _input_of(t).data) else "copied"
+        rows.append(dict(code=code, what=what, shape=t.shape, strides=t.stride(),
+                         contiguous=t.is_contiguous(), storage=storage))
+    try:
+        merged_permuted.view(B, S, D)
+        view_error = None
+    except RuntimeError as error:
+        view_error = str(error)
+    with tensor.count_ops() as counts:
+        mha(x)
+    return dict(rows=rows, view_error=view_error, layout_ops={k: counts[k] for k in ("view", "permute", "contiguous")},
+                B=B, S=S, D=D, h=h)
+
+
+def matmul_flops(out: Tensor) -> int:
+    """2·M·N·K (one multiply-add = 2 FLOPs) summed over every matmul in out's autodiff graph."""
+    flops, stack, seen = 0, [out], set()
+    while stack:
+        t = stack.pop()
+        if id(t) not in seen:
+            seen.add(id(t))
+            if t._op == "matmul":  # output (..., M, N), left input (..., M, K)
+                flops += 2 * t.data.size * t._parents[0].shape[-1]
+            stack.extend(t._parents)
+    return flops
+
+
+def heads_cost(B: int = 2, S: int = 5, D: int = 12, heads=(1, 3, 4, 12)) -> list[dict]:
+    """Parameters and matmul FLOPs of one attention forward for several head counts."""
+    rows = []
+    x = Tensor(np.random.default_rng(0).standard_normal((B, S, D)))
+    for h in heads:
+        mha = transformer.MultiHeadAttention(D, h, p_dropout=0.0)
+        with tensor.count_ops() as counts:
+            out = mha(x)
+        rows.append(dict(h=h, Dh=D // h, params=mha.num_parameters(), params_formula=4 * D * D + 4 * D,
+                         matmuls=counts["matmul"], flops=matmul_flops(out),
+                         flops_formula=2 * B * S * (4 * D * D + 2 * S * D)))
+    return rows
+
+
+def show_head_shapes(args):
+    r = head_shapes()
+    B, S, D, h = r["B"], r["S"], r["D"], r["h"]
+    common.header(3, "§3.2", f"Shapes in multi-head attention, B = {B}, S = {S}, D = {D}, h = {h} (Dh = {D // h})")
+    common.table([[s["code"], s["what"], s["shape"], s["strides"], "yes" if s["contiguous"] else "NO", s["storage"]]
+                  for s in r["rows"]],
+                 headers=["step", "what", "shape", "strides (elements)", "contiguous", "storage"],
+                 disable_numparse=True)
+    print(f"\n(B, S, h, Dh).view(B, S, D) straight after the permute, as HW3 students first write it:\n"
+          f"  RuntimeError: {r['view_error']}")
+    ops = r["layout_ops"]
+    print(f"one forward makes {ops['view']} views and {ops['permute']} permutes (no copies) "
+          f"and {ops['contiguous']} contiguous() (the one copy)")
+    ex = head_shapes(B=4, S=10, D=64, h=8)  # exercise 3 of the notes
+    shapes = {s["code"]: s["shape"] for s in ex["rows"]}
+    print(f"exercise 3 (B = 4, S = 10, D = 64, h = 8): q {shapes['.permute(0, 2, 1, 3) = q']}, "
+          f"kT {shapes['kT']}, scores {shapes['q @ kT (scores)']}, output {shapes['weights @ v']} "
+          f"→ {shapes['.view(B, S, D)']}")
+    print()
+    rows = heads_cost(B, S, D)
+    common.table([[c["h"], c["Dh"], f"{c['params']:,}", f"{c['params_formula']:,}", c["matmuls"],
+                   f"{c['flops']:,}", f"{c['flops_formula']:,}"] for c in rows],
+                 headers=["h", "Dh", "parameters", "4D² + 4D", "matmul calls",
+                          "matmul FLOPs (from the graph)", "2BS(4D² + 2SD)"], disable_numparse=True)
+    print("more heads: the same four D × D projections and the same FLOPs, cut into more, smaller matmuls")
+
+
+# ---- Part 4 · §9.2 parity with the PyTorch twin ---------------------------------------------------
+def parity(B: int = 2, S: int = 6, D: int = 16, h: int = 4, n_vocab: int = 23, n_layers: int = 2,
+           p_dropout: float = 0.1, seed: int = 0) -> list[dict]:
+    """Ours and torch_ref's twin, same parameters and dropout masks, train mode: max |difference| of the
+    output, of the input's gradient and of every parameter's gradient."""
+    rng = np.random.default_rng(seed)
+    modules = [("attention", "MultiHeadAttention", dict(n_embd=D, n_head=h)),
+               ("FFN", "FeedForward", dict(n_embd=D)),
+               ("Pre-LN layer", "TransformerLayer", dict(n_embd=D, n_head=h, pre_ln=True)),
+               ("Post-LN layer", "TransformerLayer", dict(n_embd=D, n_head=h, pre_ln=False)),
+               ("DecoderLM", "DecoderLM", dict(n_vocab=n_vocab, n_embd=D, n_head=h, n_positions=S,
+                                               n_layers=n_layers))]
+    results = []
+    for name, cls, kwargs in modules:
+        ours = getattr(transformer, cls)(p_dropout=p_dropout, **kwargs).train()
+        if cls == "DecoderLM":
+            x_np = rng.integers(0, n_vocab, (B, S))
+            x, x_t = x_np, torch.from_numpy(x_np)
+        else:
+            x_np = rng.standard_normal((B, S, D))
+            x, x_t = Tensor(x_np, requires_grad=True), torch.tensor(x_np, requires_grad=True)
+        out = ours(x)
+        weights = rng.standard_normal(out.shape)   # loss = Σ out · weights: every output entry matters
+        (out * weights).sum().backward()           # ours first: it draws the dropout masks
+        twin = torch_ref.copy_from(getattr(torch_ref, cls)(p_dropout=p_dropout, **kwargs), ours)
+        out_t = twin(x_t)
+        (out_t * torch.from_numpy(weights)).sum().backward()
+        ours_grads = {n: p.grad for n, p in ours.named_parameters()}
+        grad_diffs = {n: float(np.abs(g - ours_grads[n]).max()) for n, g in torch_ref.gradients(twin).items()}
+        if isinstance(x, Tensor):
+            grad_diffs["(input)"] = float(np.abs(x.grad - x_t.grad.numpy()).max())
+        worst = max(grad_diffs, key=grad_diffs.get)
+        dropouts = sum(type(m).__name__ == "Dropout" for _, m in ours.named_modules())
+        results.append(dict(module=name, n_params=ours.num_parameters(), n_tensors=len(ours_grads),
+                            dropouts=dropouts, output_diff=float(np.abs(out.data - out_t.detach().numpy()).max()),
+                            grad_diffs=grad_diffs, max_grad_diff=grad_diffs[worst], worst=worst))
+    return results
+
+
+def show_parity(args):
+    results = parity()
+    common.header(4, "§9.2", "Parity with torch_ref.py (float64, train mode, dropout p = 0.1, same masks)")
+    common.table([[r["module"], f"{r['n_params']:,}", r["n_tensors"], r["dropouts"], f"{r['output_diff']:.1e}",
+                   f"{r['max_grad_diff']:.1e}", r["worst"]] for r in results],
+                 headers=["module", "parameters", "tensors", "dropouts", "max |Δ output|",
+                          "max |Δ grad| (all params + input)", "where"], disable_numparse=True)
+    overall = max(max(r["output_diff"], r["max_grad_diff"]) for r in results)
+    print(f"largest difference anywhere: {overall:.1e} (float64 rounding; not a line of backward written by hand)")
+
+
+# ---- Part 5 · §8.4 how many primitive operations a forward makes --------------------------------------
+KINDS = ["matmul", "add", "mul", "neg", "exp", "log", "sigmoid", "relu", "sum", "max", "embedding",
+         "view", "permute", "contiguous"]
+LAYOUT_ONLY = ("view", "permute")  # change strides only: no kernel, no memory traffic
+
+
+def op_counts(B: int = 2, S: int = 5, D: int = 12, h: int = 3, n_vocab: int = 20, n_layers: int = 2) -> dict:
+    """Counter of tensor.py primitives per module forward (eval mode: dropout adds nothing) and per
+    composite function; plus the Pre-LN layer in train mode (one mul per dropout)."""
+    x = Tensor(np.random.default_rng(0).standard_normal((B, S, D)))
+    ids = np.zeros((B, S), dtype=np.int64)
+    modules = [("Linear", transformer.Linear(D, D), x),
+               ("LayerNorm", transformer.LayerNorm(D), x),
+               ("attention", transformer.MultiHeadAttention(D, h), x),
+               ("FFN", transformer.FeedForward(D), x),
+               ("Pre-LN layer", transformer.TransformerLayer(D, h), x),
+               (f"DecoderLM ({n_layers} layers)",
+                transformer.DecoderLM(n_vocab, D, h, n_positions=S, n_layers=n_layers), ids)]
+    counts = {}
+    for name, module, inputs in modules:
+        module.eval()
+        with tensor.count_ops() as c:
+            module(inputs)
+        counts[name] = Counter(c)
+    functions = {}
+    for name, f in [("softmax", transformer.softmax), ("gelu", transformer.gelu)]:
+        with tensor.count_ops() as c:
+            f(x)
+        functions[name] = Counter(c)
+    layer = modules[4][1].train()
+    with tensor.count_ops() as c:
+        layer(x)
+    return dict(modules=counts, functions=functions, pre_ln_train=Counter(c))
+
+
+def _kinds_used(counters) -> list[str]:
+    return [k for k in KINDS if any(c[k] for c in counters)]
+
+
+def show_op_counts(args):
+    r = op_counts()
+    common.header(5, "§8.4", "Primitive operations per forward (tensor.py's counter; eval mode, so dropout adds none)")
+    rows = dict(r["modules"], **{f"{k}()": v for k, v in r["functions"].items()})
+    kinds = _kinds_used(rows.values())
+    common.table([[name] + [c[k] or "" for k in kinds] + [sum(c.values()), sum(c.values()) - c["matmul"]]
+                  for name, c in rows.items()],
+                 headers=["module"] + kinds + ["total", "not matmul"], disable_numparse=True)
+    layer, train = r["modules"]["Pre-LN layer"], r["pre_ln_train"]
+    total, layout = sum(layer.values()), sum(layer[k] for k in LAYOUT_ONLY)
+    print(f"\nPre-LN layer: {total} primitive calls, {layer['matmul']} of them matmuls (notes: 68, 8 matmuls); "
+          f"in train mode {sum(train.values())} (+{train['mul'] - layer['mul']} dropout multiplies).")
+    softmax_calls = sum(r["functions"]["softmax"].values())
+    print(f"Of ours, {layout} are view/permute, which only change strides (no kernel on a GPU): "
+          f"{total - layout} calls touch memory. tensor.py has no sub, div or rsqrt, so x − m is neg + add "
+          f"({layer['neg']} negs), 1/√v is log, mul, exp, and softmax alone is {softmax_calls} calls.")
+    draw_op_counts(r["modules"], args.figures)
+
+
+def draw_op_counts(counts: dict, figures_dir):
+    import matplotlib.pyplot as plt
+    names = list(counts)
+    kinds = _kinds_used(counts.values())
+    fig, ax = plt.subplots(figsize=(8, 3.8))
+    left = np.zeros(len(names))
+    colours = dict(matmul="#1f3b73", add="#f4a261", mul="#e76f51", neg="#f6bd60", exp="#d62828", log="#9d0208",
+                   sigmoid="#ffb4a2", relu="#ffcdb2", sum="#2a9d8f", max="#8ac926", embedding="#7b2cbf",
+                   view="#e0e0e0", permute="#c8c8c8", contiguous="#6c757d")
+    for kind in kinds:
+        widths = np.array([counts[n][kind] for n in names], dtype=float)
+        ax.barh(names, widths, left=left, color=colours[kind], edgecolor="white", linewidth=0.5,
+                hatch="//" if kind in LAYOUT_ONLY else None,
+                label=kind + (" (no copy)" if kind in LAYOUT_ONLY else ""))
+        left += widths
+    for i, total in enumerate(left):
+        ax.text(total + 1, i, f"{int(total)}", va="center", fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("primitive calls in one forward (eval mode)")
+    ax.set_title("tensor.py primitives per module: matmuls are few, small ops are many", fontsize=10)
+    ax.legend(ncol=1, fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
+    ax.set_xlim(0, left.max() * 1.1)
+    common.save_figure(fig, "03_op_counts", figures_dir)
+
+
+PARTS = {1: show_stable_loss, 2: show_dropout, 3: show_head_shapes, 4: show_parity, 5: show_op_counts}
+
+if __name__ == "__main__":
+    common.main(__doc__, PARTS)

@@ -1,0 +1,136 @@
+"""Script 03: every claim of notes §3.2, §7.2, §8.4, §9.1-9.2 it serves (CLAIMS rows S3.2-*, S7.2-*, S8.4-*,
+S9.1-d/e, S9.2-a, Ex3), from its part functions."""
+import math
+from collections import Counter
+
+import numpy as np
+import torch
+
+import common
+import tensor
+import transformer
+from conftest import load_script
+
+s03 = load_script("03_hw3_modules")
+
+
+# ---- part 1 · S9.1-d, S9.1-e
+def test_logsumexp_where_the_naive_sum_overflows():
+    r = s03.stable_loss()
+    assert r["naive"] == math.inf
+    assert abs(r["logsumexp"] - 1000.407606) <= 1e-6
+    assert abs(r["loss"] - (r["logsumexp"] - 1000.0)) <= 1e-12
+    assert r["max_grad_diff"] <= 1e-12
+
+
+def test_softmax_loss_gradient_is_softmax_minus_onehot_against_torch():
+    rng = np.random.default_rng(3)
+    z = rng.standard_normal((6, 9)) * 50
+    y = rng.integers(0, 9, 6)
+    x = tensor.Tensor(z, requires_grad=True)
+    transformer.softmax_loss(x, y).sum().backward()
+    zt = torch.tensor(z, requires_grad=True)
+    torch.nn.functional.cross_entropy(zt, torch.from_numpy(y), reduction="sum").backward()
+    np.testing.assert_allclose(x.grad, zt.grad.numpy(), rtol=0, atol=1e-12)
+
+
+# ---- part 2 · S7.2-b/c/d
+def test_dropout_keep_ratio_mean_and_eval_identity():
+    common.seed_everything(0)
+    n = 100_000
+    r = s03.dropout_demo(n=n, p=0.1)
+    assert abs(r["kept"] - 0.9) <= 4 * math.sqrt(0.09 / n)
+    assert abs(r["mean"] - r["kept"] / 0.9) <= 1e-12 * r["mean"]
+    np.testing.assert_allclose(r["kept_values"], [1 / 0.9], rtol=1e-15)
+    assert r["eval_is_identity"] and r["eval_max_change"] == 0.0
+
+
+# ---- part 3 · S3.2-a/b/c, Ex3
+EXPECTED_STEPS = [  # (shape, strides in elements, contiguous, storage)
+    ((2, 5, 12), (60, 12, 1), True, "new"),
+    ((2, 5, 12), (60, 12, 1), True, "new"),
+    ((2, 5, 3, 4), (60, 12, 4, 1), True, "shared (no copy)"),
+    ((2, 3, 5, 4), (60, 4, 12, 1), False, "shared (no copy)"),
+    ((2, 3, 4, 5), (60, 4, 1, 12), False, "shared (no copy)"),
+    ((2, 3, 5, 5), (75, 25, 5, 1), True, "new"),
+    ((2, 3, 5, 5), (75, 25, 5, 1), True, "new"),
+    ((2, 3, 5, 4), (60, 20, 4, 1), True, "new"),
+    ((2, 5, 3, 4), (60, 4, 20, 1), False, "shared (no copy)"),
+    ((2, 5, 3, 4), (60, 12, 4, 1), True, "copied"),
+    ((2, 5, 12), (60, 12, 1), True, "shared (no copy)"),
+    ((2, 5, 12), (60, 12, 1), True, "new"),
+]
+
+
+def test_shape_and_stride_table_exactly():
+    r = s03.head_shapes()
+    got = [(s["shape"], s["strides"], s["contiguous"], s["storage"]) for s in r["rows"]]
+    assert got == EXPECTED_STEPS
+
+
+def test_view_after_permute_raises_and_contiguous_copies_once():
+    r = s03.head_shapes()
+    assert r["view_error"] is not None and "contiguous()" in r["view_error"]
+    assert r["layout_ops"] == {"view": 4, "permute": 5, "contiguous": 1}
+
+
+def test_exercise_3_shapes():
+    shapes = [s["shape"] for s in s03.head_shapes(B=4, S=10, D=64, h=8)["rows"]]
+    assert shapes[3] == (4, 8, 10, 8)      # q
+    assert shapes[4] == (4, 8, 8, 10)      # kT
+    assert shapes[5] == (4, 8, 10, 10)     # scores
+    assert shapes[7] == (4, 8, 10, 8)      # output before concatenation
+    assert shapes[10] == (4, 10, 64)       # after
+
+
+def test_heads_add_no_parameters_or_flops():
+    rows = s03.heads_cost()
+    assert [r["h"] for r in rows] == [1, 3, 4, 12]
+    assert all(r["params"] == r["params_formula"] == 624 for r in rows)
+    assert all(r["flops"] == r["flops_formula"] == rows[0]["flops"] for r in rows)
+    assert all(r["matmuls"] == 6 for r in rows)
+
+
+def test_matmul_flops_from_the_graph_counts_every_matmul_once():
+    a = tensor.Tensor(np.ones((3, 4, 5)), requires_grad=True)
+    b = tensor.Tensor(np.ones((5, 6)), requires_grad=True)
+    c = a @ b                                  # 2·3·4·6·5
+    out = (c @ tensor.Tensor(np.ones((6, 2))) + c @ tensor.Tensor(np.ones((6, 2)))).sum()
+    assert s03.matmul_flops(out) == 2 * 3 * 4 * 6 * 5 + 2 * (2 * 3 * 4 * 2 * 6)
+
+
+# ---- part 4 · S9.2-a
+def test_parity_with_torch_ref_in_train_mode():
+    results = s03.parity()
+    assert [r["module"] for r in results] == ["attention", "FFN", "Pre-LN layer", "Post-LN layer", "DecoderLM"]
+    for r in results:
+        assert r["dropouts"] > 0
+        assert r["output_diff"] <= 1e-12, r
+        assert len(r["grad_diffs"]) >= r["n_tensors"]
+        assert max(r["grad_diffs"].values()) <= 1e-12, r
+
+
+# ---- part 5 · S8.4-a/b/c
+def test_op_counts():
+    r = s03.op_counts()
+    m = r["modules"]
+    layer = m["Pre-LN layer"]
+    assert layer["matmul"] == 8                                   # S8.4-b: Q, K, V, O, QKᵀ, AV, FFN × 2
+    assert sum(layer.values()) == 73                              # ours (the notes: 68); README explains
+    # the layer is exactly its parts plus two residual adds
+    parts = m["LayerNorm"] + m["LayerNorm"] + m["attention"] + m["FFN"] + Counter(add=2)
+    assert layer == parts
+    assert r["pre_ln_train"] - layer == {"mul": 3}                # one multiply per dropout
+    assert m["Linear"] == {"matmul": 1, "add": 1}
+    assert m["DecoderLM (2 layers)"]["matmul"] == 2 * 8 + 1       # plus the head
+    assert sum(r["functions"]["softmax"].values()) == 9
+
+
+def test_script_runs_and_is_deterministic(capsys, tmp_path):
+    outputs = []
+    for figures in (["--figures", str(tmp_path)], ["--no-figures"]):  # draw once: the figure is the slow bit
+        common.main(s03.__doc__, s03.PARTS, argv=["--quick"] + figures)
+        outputs.append(capsys.readouterr().out)
+    assert [line for line in outputs[0].splitlines() if not line.startswith("[figure]")] == outputs[1].splitlines()
+    assert all(f"Part {k} ·" in outputs[0] for k in s03.PARTS)
+    assert (tmp_path / "03_op_counts.png").exists()
