@@ -1,0 +1,420 @@
+"""Script 06 · Costs: parameters, FLOPs per token, where n² takes over, activation memory, time.
+
+Serves the lecture-6 notes §8.1 (where the parameters are, part 1), §8.2 (FLOPs per token against
+PyTorch's FLOP counter, part 2), §8.3 (n = 6d, part 3; the activations a layer saves for backward,
+part 4; the attention core's share of a layer's time, part 5) and §5.1 (the FFN's 2/3), plus
+exercises 5, 6 and 10. Models are torch_ref.py's modules: built on the meta device to count
+(shapes only, nothing allocated), cast to float32 to measure. Runtime: about 10 s on a 2-core CPU.
+
+    python code/lecture06/06_costs.py [--part N] [--seed S] [--quick] [--no-figures]
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+from collections import Counter
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
+
+import torch_ref  # noqa: E402
+
+GPT2_SMALL = dict(n_vocab=50257, n_embd=768, n_head=12, n_positions=1024, n_layers=12)
+SIZES = {"GPT-2 small": GPT2_SMALL,
+         "GPT-2 medium": dict(GPT2_SMALL, n_embd=1024, n_head=16, n_layers=24),
+         "GPT-2 large": dict(GPT2_SMALL, n_embd=1280, n_head=20, n_layers=36)}
+LLAMA_7B = dict(n_embd=4096, n_head=32, middle_dim=11008)  # SwiGLU FFN: three d × 11008 matrices
+GIB, MIB = 2 ** 30, 2 ** 20
+
+
+def meta_model(n_vocab, n_embd, n_head, n_positions, n_layers, tie_weights=True, **kwargs):
+    """torch_ref.DecoderLM with shapes only (meta device): instant at any size, nothing allocated."""
+    with torch.device("meta"):
+        return torch_ref.DecoderLM(n_vocab, n_embd, n_head, n_positions, n_layers, tie_weights=tie_weights,
+                                   **kwargs)
+
+
+# ---- Part 1 · §8.1 where the parameters are ---------------------------------------------------------
+PARAM_TERMS = {  # term -> its formula, as printed
+    "token embeddings (wte)": "V·d",
+    "position embeddings (wpe)": "n_ctx·d",
+    "attention (all layers)": "L(4d² + 4d)",
+    "FFN (all layers)": "L(2dm + m + d) = L(8d² + 5d)",
+    "layer LayerNorms": "L·4d",
+    "final LayerNorm": "2d",
+    "output head": "0 if tied, else V·d",
+}
+
+
+def parameter_formula(n_vocab, n_embd, n_positions, n_layers, tie_weights=True, bias=True, middle_dim=None,
+                      **_) -> dict:
+    """Parameters term by term (m = FFN width, 4d by default; biases on every Linear if bias)."""
+    d, m, b = n_embd, middle_dim or 4 * n_embd, int(bias)
+    terms = [n_vocab * d, n_positions * d, n_layers * (4 * d * d + 4 * d * b),
+             n_layers * (2 * d * m + (m + d) * b), n_layers * 4 * d, 2 * d, 0 if tie_weights else n_vocab * d]
+    return dict(zip(PARAM_TERMS, terms))
+
+
+def _param_term(name: str) -> str:
+    """torch_ref.DecoderLM parameter name -> the formula's term."""
+    parts = name.split(".")
+    if parts[0] == "layers":
+        return {"attention": "attention (all layers)", "ff": "FFN (all layers)"}.get(parts[2], "layer LayerNorms")
+    return {"token_embeddings": "token embeddings (wte)", "position_embeddings": "position embeddings (wpe)",
+            "ln": "final LayerNorm", "lm_head": "output head"}[parts[0]]
+
+
+def count_parameters(model) -> dict:
+    """The module's own parameter count, grouped by the formula's terms (a tied matrix counts once)."""
+    counts = Counter({term: 0 for term in PARAM_TERMS})
+    for name, p in model.named_parameters():
+        counts[_param_term(name)] += p.numel()
+    return dict(counts)
+
+
+def layer_parameters(n_embd: int, n_head: int, **_) -> dict:
+    """One layer (with biases, FFN 4d) counted from torch_ref.TransformerLayer, next to 12d²."""
+    with torch.device("meta"):
+        layer = torch_ref.TransformerLayer(n_embd, n_head)
+    count = Counter()
+    for name, p in layer.named_parameters():
+        count[name.split(".")[0]] += p.numel()
+    total = sum(count.values())
+    return dict(d=n_embd, attention=count["attention"], ffn=count["ff"], ln=count["ln_1"] + count["ln_2"],
+                total=total, twelve_d2=12 * n_embd ** 2, ffn_share=count["ff"] / total,
+                ffn_share_no_bias=8 * n_embd ** 2 / (12 * n_embd ** 2))
+
+
+def parameters(sizes=SIZES) -> dict:
+    results = {}
+    for name, cfg in sizes.items():
+        formula, counted = parameter_formula(**cfg), count_parameters(meta_model(**cfg))
+        results[name] = dict(cfg=cfg, formula=formula, counted=counted, total=sum(counted.values()),
+                             formula_total=sum(formula.values()))
+    layers = [layer_parameters(**SIZES["GPT-2 small"]), layer_parameters(n_embd=1024, n_head=16)]
+    return dict(models=results, layers=layers)
+
+
+def show_parameters(args):
+    r = parameters()
+    common.header(1, "§8.1", "Parameters: the formula against the modules' own count (torch_ref on meta)")
+    small = r["models"]["GPT-2 small"]
+    cfg = small["cfg"]
+    print(f"GPT-2 small: d = {cfg['n_embd']}, L = {cfg['n_layers']}, V = {cfg['n_vocab']}, "
+          f"n_ctx = {cfg['n_positions']}, m = 4d, biases, tied output head")
+    common.table([[term, expr, f"{small['formula'][term]:,}", f"{small['counted'][term]:,}",
+                   "yes" if small["formula"][term] == small["counted"][term] else "NO"]
+                  for term, expr in PARAM_TERMS.items()]
+                 + [["total", "", f"{small['formula_total']:,}", f"{small['total']:,}",
+                     "yes" if small["formula_total"] == small["total"] else "NO"]],
+                 headers=["term", "formula", "formula", "module count", "equal"], disable_numparse=True)
+    print()
+    common.table([[name, m["cfg"]["n_embd"], m["cfg"]["n_layers"], f"{m['formula_total']:,}", f"{m['total']:,}",
+                   "yes" if m["formula"] == m["counted"] else "NO"] for name, m in r["models"].items()],
+                 headers=["model", "d", "L", "formula", "module count", "every term equal"], disable_numparse=True)
+    print()
+    common.table([[lay["d"], f"{lay['attention']:,}", f"{lay['ffn']:,}", f"{lay['ln']:,}", f"{lay['total']:,}",
+                   f"{lay['twelve_d2']:,}", f"{100 * lay['ffn_share']:.2f}%", f"{lay['ffn_share_no_bias']:.4f}"]
+                  for lay in r["layers"]],
+                 headers=["one layer, d", "attention 4d²+4d", "FFN 8d²+5d", "2 LayerNorms 4d", "total",
+                          "12d²", "FFN share", "8d²/12d²"], disable_numparse=True)
+    print("the FFN holds 2/3 of a layer; d = 1024 is exercise 5")
+
+
+# ---- Part 2 · §8.2 FLOPs per token ------------------------------------------------------------------
+FLOP_TERMS = ["QKV projections", "W_O", "attention (QKᵀ, AV)", "FFN", "output layer"]
+
+
+def flop_formula(n_embd, seq_len, n_layers=1, n_vocab=0, middle_dim=None, ffn_matrices=2, **_) -> dict:
+    """Matmul FLOPs (2 per multiply-add) of one forward over a sequence of seq_len tokens.
+    Per layer 24·S·d² + 4·S²·d with m = 4d; plus 2·S·d·V for the output layer."""
+    S, d, L = seq_len, n_embd, n_layers
+    m = middle_dim or 4 * d
+    terms = [L * 6 * S * d * d, L * 2 * S * d * d, L * 4 * S * S * d, L * ffn_matrices * 2 * S * d * m,
+             2 * S * d * n_vocab]
+    return dict(zip(FLOP_TERMS, terms))
+
+
+def count_flops(model, seq_len: int) -> dict:
+    """torch.utils.flop_counter.FlopCounterMode over one forward on the meta device, attributed to the
+    formula's terms through the module names the counter reports."""
+    counter = FlopCounterMode(display=False)
+    with torch.device("meta"), counter:
+        if isinstance(model, torch_ref.DecoderLM):
+            model(torch.zeros(1, seq_len, dtype=torch.long))
+        else:
+            model(torch.empty(1, seq_len, model.ln_1.weights.shape[0]))
+    flops = {name: sum(per_op.values()) for name, per_op in counter.get_flop_counts().items()}
+    terms = dict.fromkeys(FLOP_TERMS, 0)
+    for name, n in flops.items():
+        last = name.split(".")[-1]
+        if last in ("q_projection", "k_projection", "v_projection"):
+            terms["QKV projections"] += n
+        elif last == "out_projection":
+            terms["W_O"] += n
+        elif last == "ff":
+            terms["FFN"] += n
+        elif last == "attention":  # what the attention module does outside its four projections
+            terms["attention (QKᵀ, AV)"] += n - sum(flops[f"{name}.{p}_projection"] for p in ("q", "k", "v", "out"))
+    root = type(model).__name__
+    layers = sum(n for name, n in flops.items() if name.count(".") == 2 and name.startswith(f"{root}.layers."))
+    terms["output layer"] = flops[root] - layers if isinstance(model, torch_ref.DecoderLM) else 0
+    terms["total (counter)"] = counter.get_total_flops()
+    return terms
+
+
+def flops_per_token(cfg=GPT2_SMALL, seq_len: int = 1024) -> dict:
+    formula = flop_formula(seq_len=seq_len, **cfg)
+    counted = count_flops(meta_model(**cfg), seq_len)
+    total = sum(formula.values())
+    n_params = sum(parameter_formula(**cfg).values())
+    return dict(seq_len=seq_len, formula=formula, counted=counted, total=total,
+                counted_total=counted["total (counter)"], per_token=total / seq_len,
+                shares={k: v / total for k, v in formula.items()}, n_params=n_params, two_n=2 * n_params)
+
+
+def show_flops(args):
+    r = flops_per_token()
+    n = r["seq_len"]
+    common.header(2, "§8.2", f"FLOPs per token, GPT-2 small at n = {n}: formula against FlopCounterMode")
+    expressions = ["6·S·d²·L", "2·S·d²·L", "4·S²·d·L", "16·S·d²·L", "2·S·d·V"]
+    common.table([[term, expr, f"{r['formula'][term]:,}", f"{r['counted'][term]:,}",
+                   "yes" if r["formula"][term] == r["counted"][term] else "NO",
+                   f"{r['formula'][term] / n / 1e6:.1f}", f"{100 * r['shares'][term]:.1f}%"]
+                  for term, expr in zip(FLOP_TERMS, expressions)]
+                 + [["total", "", f"{r['total']:,}", f"{r['counted_total']:,}",
+                     "yes" if r["total"] == r["counted_total"] else "NO", f"{r['per_token'] / 1e6:.1f}", "100%"]],
+                 headers=["term", "formula", "formula FLOPs", "counter FLOPs", "equal", "MFLOPs/token", "share"],
+                 disable_numparse=True)
+    print(f"(the counter counts 2 FLOPs per multiply-add and matmuls only; the notes' four shares leave out W_O)")
+    print(f"2N = 2 × {r['n_params']:,} = {r['two_n'] / 1e6:.1f} MFLOPs/token against {r['per_token'] / 1e6:.1f}: "
+          f"one multiply-add per weight per token, plus attention, minus the embedding tables")
+    draw_flops_vs_n(args.figures)
+
+
+def draw_flops_vs_n(figures_dir, cfg=GPT2_SMALL):
+    import matplotlib.pyplot as plt
+    ns = 2 ** np.arange(6, 17)
+    per_token = np.array([[v / n / 1e6 for v in flop_formula(seq_len=int(n), **cfg).values()] for n in ns])
+    fig, (ax, ax_share) = plt.subplots(1, 2, figsize=(11, 4))
+    colours = ["#4c72b0", "#8172b3", "#c44e52", "#55a868", "#ccb974"]
+    ax.stackplot(ns, per_token.T, labels=FLOP_TERMS, colors=colours, alpha=0.9)
+    ax_share.stackplot(ns, 100 * (per_token / per_token.sum(1, keepdims=True)).T, colors=colours, alpha=0.9)
+    for a in (ax, ax_share):
+        a.set_xscale("log", base=2)
+        a.set_xlabel("sequence length n")
+        a.axvline(6 * cfg["n_embd"], color="black", lw=1, ls="--")
+        a.axvline(cfg["n_positions"], color="grey", lw=1, ls=":")
+    ax.text(6 * cfg["n_embd"] * 1.1, per_token.sum(1).max() * 0.9, "n = 6d", fontsize=8)
+    ax.text(cfg["n_positions"] * 1.1, per_token.sum(1).max() * 0.8, "GPT-2's context", fontsize=8, color="grey")
+    ax.set_ylabel("MFLOPs per token")
+    ax_share.set_ylabel("share of the forward's FLOPs (%)")
+    ax_share.set_ylim(0, 100)
+    ax.legend(loc="upper left", fontsize=8)
+    fig.suptitle("GPT-2 small (d = 768, 12 layers): forward FLOPs per token by term "
+                 "(the formula part 2 checks against FlopCounterMode)",
+                 fontsize=10)
+    common.save_figure(fig, "06_flops_vs_n", figures_dir)
+
+
+# ---- Part 3 · §8.3 where n² takes over -----------------------------------------------------------------
+def _attention_share(flops: dict) -> float:
+    layer = sum(v for k, v in flops.items() if k in FLOP_TERMS[:4])
+    return flops["attention (QKᵀ, AV)"] / layer
+
+
+def crossover(models=(("GPT-2 small", 768, 12), ("LLaMA-7B", 4096, 32))) -> list[dict]:
+    """n where a layer's attention matmuls (4·n·d per token) equal the rest (24·d² per token), from the
+    formula; the counter checks it on one torch_ref layer (meta) at that n (exercise 6)."""
+    rows = []
+    for name, d, h in models:
+        per_token = flop_formula(n_embd=d, seq_len=1)
+        n_star = (per_token["QKV projections"] + per_token["W_O"] + per_token["FFN"]) // (4 * d)  # 24d² / 4d
+        with torch.device("meta"):
+            layer = torch_ref.TransformerLayer(d, h, bias=False)
+        counted = count_flops(layer, n_star)
+        rest = counted["QKV projections"] + counted["W_O"] + counted["FFN"]
+        rows.append(dict(model=name, d=d, n_star=n_star, attention_per_token=counted["attention (QKᵀ, AV)"] / n_star,
+                         rest_per_token=rest / n_star))
+    return rows
+
+
+def llama_attention_share(seq_lens=(2048, 32768, 131072), cfg=LLAMA_7B) -> list[dict]:
+    """Attention's share of a LLaMA-7B layer's FLOPs: the notes' 24d² model (FFN 4d, two matrices; the
+    counter checks it on a torch_ref layer on meta) and the real SwiGLU FFN (three d × 11008 matrices)."""
+    with torch.device("meta"):
+        layer = torch_ref.TransformerLayer(cfg["n_embd"], cfg["n_head"], bias=False)
+    rows = []
+    for n in seq_lens:
+        rows.append(dict(n=n, share=_attention_share(flop_formula(n_embd=cfg["n_embd"], seq_len=n)),
+                         share_counter=_attention_share(count_flops(layer, n)),
+                         share_swiglu=_attention_share(flop_formula(n_embd=cfg["n_embd"], seq_len=n,
+                                                                    middle_dim=cfg["middle_dim"], ffn_matrices=3))))
+    return rows
+
+
+def show_crossover(args):
+    common.header(3, "§8.3", "Where n² takes over: attention 4·n·d against 24·d² per token per layer")
+    common.table([[r["model"], r["d"], r["n_star"], f"{r['attention_per_token'] / 1e6:.1f}",
+                   f"{r['rest_per_token'] / 1e6:.1f}"] for r in crossover()],
+                 headers=["model", "d", "n = 6d", "attention MFLOPs/token (counter)",
+                          "projections + FFN MFLOPs/token (counter)"], disable_numparse=True)
+    print("(one layer at n = 6d on the meta device; GPT-2 small's row is exercise 6)\n")
+    common.table([[r["n"], f"{100 * r['share']:.1f}%", f"{100 * r['share_counter']:.1f}%",
+                   f"{100 * r['share_swiglu']:.1f}%"] for r in llama_attention_share()],
+                 headers=["LLaMA-7B, n", "attention share, 24d² model", "same, counter",
+                          "with SwiGLU 11008 (3 matrices)"], disable_numparse=True)
+    print("(share of one layer's matmul FLOPs, output layer left out; at common lengths projections and "
+          "FFN still dominate)")
+
+
+# ---- Part 4 · §8.3 activations saved for backward ---------------------------------------------------
+def saved_activations(seq_len: int, n_embd: int = 64, n_head: int = 4) -> list[torch.Tensor]:
+    """The distinct storages one Pre-LN layer (torch_ref, float32, explicit softmax, additive mask,
+    no dropout) saves for backward, found with saved_tensors_hooks; parameters left out."""
+    layer = torch_ref.TransformerLayer(n_embd, n_head, p_dropout=0.0).float()
+    params = {p.untyped_storage().data_ptr() for p in layer.parameters()}
+    saved = {}
+
+    def pack(t):
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in params:  # views of one storage (q, kᵀ of one projection) count once
+            saved[storage.data_ptr()] = t     # holding t keeps its storage alive, so no address is reused
+        return t
+
+    x = torch.randn(1, seq_len, n_embd, requires_grad=True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        layer(x)
+    return list(saved.values())
+
+
+def activation_memory(seq_lens=(16, 32, 64, 128, 256, 512), n_embd: int = 64, n_head: int = 4) -> dict:
+    d, h = n_embd, n_head
+    rows = []
+    for S in seq_lens:
+        saved = saved_activations(S, d, h)
+        nbytes = sum(t.untyped_storage().nbytes() for t in saved)
+        sizes = Counter(t.untyped_storage().nbytes() // t.element_size() for t in saved)  # floats -> how many
+        rows.append(dict(S=S, bytes=nbytes, floats=nbytes // 4, exact=16 * S * d + h * S * S + 4 * S,
+                         storages=len(saved), sizes=dict(sizes)))
+    A = np.array([[r["S"] * d, h * r["S"] ** 2] for r in rows], dtype=np.float64)
+    (a, b), *_ = np.linalg.lstsq(A, np.array([r["floats"] for r in rows], dtype=np.float64), rcond=None)
+    return dict(d=d, h=h, rows=rows, a=float(a), b=float(b), crossover=float(a * d / (b * h)))
+
+
+def activation_examples(a: float = 16, b: float = 1) -> list[dict]:
+    """a·S·d + b·h·S² in fp16 for LLaMA-7B's layer (d = 4096, h = 32) at S = 8192 and exercise 10 (S = 4096)."""
+    d, h, fp16 = LLAMA_7B["n_embd"], LLAMA_7B["n_head"], 2
+    return [dict(S=S, one_sd=S * d * fp16, one_hss=h * S * S * fp16, sd_part=a * S * d * fp16,
+                 hss_part=b * h * S * S * fp16, crossover=a * d / (b * h)) for S in (8192, 4096)]
+
+
+def show_activation_memory(args):
+    r = activation_memory(seq_lens=(16, 32, 64, 128, 256) if args.quick else (16, 32, 64, 128, 256, 512))
+    d, h = r["d"], r["h"]
+    common.header(4, "§8.3", f"Activations one Pre-LN layer saves for backward (d = {d}, h = {h}, float32)")
+    common.table([[x["S"], f"{x['bytes']:,}", f"{x['floats']:,}", f"{x['exact']:,}",
+                   "yes" if x["floats"] == x["exact"] else "NO", x["storages"]] for x in r["rows"]],
+                 headers=["S", "bytes saved", "floats", "16·S·d + h·S² + 4·S", "equal", "storages"],
+                 disable_numparse=True)
+    x = next(x for x in r["rows"] if x["S"] == 128)  # S·d, 4·S·d, h·S² and S all differ here
+    S = x["S"]
+    names = {S * d: "S·d", 4 * S * d: "4·S·d", h * S * S: "h·S²", S: "S"}
+    print(f"(saved_tensors_hooks, storages deduplicated, parameters left out.) At S = {S} the storages are "
+          + ", ".join(f"{n} × {names.get(size, size)}" for size, n in sorted(x["sizes"].items(), reverse=True))
+          + ":\nS·d: LN inputs and outputs, q, k, v, the merged heads; 4·S·d: GELU's input and output; "
+            "h·S²: the softmax output; S: the LayerNorms' mean and 1/σ")
+    print(f"least-squares fit floats ≈ a·S·d + b·h·S²: a = {r['a']:.4f}, b = {r['b']:.4f}; "
+          f"the two parts are equal at S = a·d/(b·h) = {r['crossover']:.1f}\n")
+    examples = activation_examples()
+    common.table([[e["S"], f"{e['one_sd'] / MIB:.0f} MiB", f"{e['one_hss'] / GIB:.1f} GiB",
+                   f"{e['sd_part'] / MIB:.0f} MiB", f"{e['hss_part'] / GIB:.1f} GiB", f"{e['crossover']:.0f}"]
+                  for e in examples],
+                 headers=["LLaMA-7B layer, fp16, S", "one S × d", "one h × S × S", "16 × S × d", "h × S × S",
+                          "equal at S = 16d/h"], disable_numparse=True)
+    print("(S = 4096 is exercise 10)")
+    draw_activation_memory(r, args.figures)
+
+
+def draw_activation_memory(r: dict, figures_dir):
+    import matplotlib.pyplot as plt
+    d, h, a, b = r["d"], r["h"], r["a"], r["b"]
+    S = np.array([x["S"] for x in r["rows"]])
+    grid = np.geomspace(S.min(), S.max() * 1.1, 100)
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    ax.plot(S, [x["bytes"] / 1024 for x in r["rows"]], "o", color="black", label="measured (saved_tensors_hooks)")
+    ax.plot(grid, 4 * (a * grid * d + b * h * grid ** 2) / 1024, color="#4c72b0",
+            label=f"fit {a:.4f}·S·d + {b:.4f}·h·S²")
+    ax.plot(grid, 4 * a * grid * d / 1024, ls="--", color="#55a868", label="S·d part")
+    ax.plot(grid, 4 * b * h * grid ** 2 / 1024, ls="--", color="#c44e52", label="h·S² part (softmax output)")
+    ax.axvline(r["crossover"], color="grey", ls=":", lw=1)
+    ax.text(r["crossover"] * 1.05, 4 * a * r["crossover"] * d / 1024 * 0.3, f"S = {r['crossover']:.0f}", fontsize=8)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("sequence length S")
+    ax.set_ylabel("KiB saved for backward (float32)")
+    ax.set_title(f"One Pre-LN layer, d = {d}, h = {h}: activations saved for backward", fontsize=10)
+    ax.legend(fontsize=8)
+    common.save_figure(fig, "06_activation_memory", figures_dir)
+
+
+# ---- Part 5 · §8.3 the attention core's share of a layer's time ⏱ -----------------------------------------
+def _median_seconds(f, repeats: int, budget: float = 0.5) -> float:
+    """Median of up to `repeats` runs, stopping once `budget` seconds are spent (at least one run)."""
+    times = []
+    while len(times) < repeats and sum(times) < budget:
+        start = time.perf_counter()
+        f()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def attention_time_share(seq_lens=(128, 512, 2048), n_embd: int = 256, n_head: int = 4, repeats: int = 5,
+                         threads: int = 1) -> list[dict]:
+    """Wall-clock share of the attention core (scores, scale, mask, softmax, AV: self_attention, which
+    also merges the heads) in one Pre-LN layer's forward, torch float32; next to its FLOP share."""
+    previous = torch.get_num_threads()
+    common.fix_threads(threads)
+    layer = torch_ref.TransformerLayer(n_embd, n_head, p_dropout=0.0).float().eval()
+    mha = layer.attention
+    rows = []
+    try:
+        with torch.no_grad():
+            layer(torch.randn(1, min(seq_lens), n_embd))  # warm-up
+            for S in seq_lens:
+                x = torch.randn(1, S, n_embd)
+                q, kT, v = mha.project_to_query_key_value(layer.ln_1(x))
+                mask = mha.create_causal_mask(S, x.dtype)
+                t_layer = _median_seconds(lambda: layer(x), repeats)
+                t_core = _median_seconds(lambda: mha.self_attention(q, kT, v, mask), repeats)
+                rows.append(dict(S=S, t_layer=t_layer, t_core=t_core, time_share=t_core / t_layer,
+                                 flop_share=_attention_share(flop_formula(n_embd=n_embd, seq_len=S))))
+    finally:
+        torch.set_num_threads(previous)
+    return rows
+
+
+def show_attention_time(args):
+    seq_lens = (128, 512) if args.quick else (128, 512, 2048)
+    d = 256
+    common.header(5, "§8.3", f"The attention core's share of one layer's time (d = {d}, h = 4, float32, 1 thread)")
+    rows = attention_time_share(seq_lens, n_embd=d)
+    common.table([[r["S"], f"S/(6d + S) = {100 * r['flop_share']:.1f}%"] for r in rows],
+                 headers=["S", "attention core's FLOP share"], disable_numparse=True)
+    for r in rows:
+        common.timing(f"S = {r['S']:>4}: layer {1e3 * r['t_layer']:7.1f} ms, core {1e3 * r['t_core']:7.1f} ms, "
+                      f"time share {100 * r['time_share']:4.1f}% (FLOP share {100 * r['flop_share']:.1f}%)")
+    print("(median of up to 5 runs; scale, mask and softmax make almost no FLOPs but read and write the "
+          "h × S × S matrix several times)")
+
+
+PARTS = {1: show_parameters, 2: show_flops, 3: show_crossover, 4: show_activation_memory, 5: show_attention_time}
+
+if __name__ == "__main__":
+    common.main(__doc__, PARTS)

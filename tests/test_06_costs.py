@@ -1,0 +1,128 @@
+"""Script 06: every claim of notes §8.1-8.3 and §5.1 it serves (CLAIMS rows S5.1-a, S8.1-*, S8.2-*, S8.3-*,
+Ex5, Ex6, Ex10), and the parameter and FLOP formulas against three counters at random small configurations:
+torch_ref on the meta device (FlopCounterMode), and our own transformer.py (num_parameters, the autodiff graph)."""
+import numpy as np
+import pytest
+
+import common
+import transformer
+from conftest import load_script
+
+s06 = load_script("06_costs")
+s03 = load_script("03_hw3_modules")
+
+
+# ---- part 1 · S8.1-a/b/d, S5.1-a, Ex5
+@pytest.fixture(scope="module")
+def params():
+    return s06.parameters()
+
+
+def test_gpt2_small_parameters_term_by_term(params):
+    r = params
+    small = r["models"]["GPT-2 small"]
+    assert small["total"] == small["formula_total"] == 124_439_808
+    for m in r["models"].values():
+        assert m["formula"] == m["counted"]
+    assert r["models"]["GPT-2 medium"]["total"] == 354_823_168
+    assert r["models"]["GPT-2 large"]["total"] == 774_030_080
+
+
+def test_one_layer_and_the_ffn_share(params):
+    layer_768, layer_1024 = params["layers"]
+    assert layer_768["total"] == 7_087_872
+    assert abs(layer_768["total"] / layer_768["twelve_d2"] - 1) < 2e-3              # ≈ 12d²
+    assert (layer_1024["attention"], layer_1024["ffn"], layer_1024["ln"], layer_1024["total"]) == \
+        (4_198_400, 8_393_728, 4_096, 12_596_224)                                   # exercise 5
+    assert abs(layer_1024["ffn_share"] - 0.6664) < 5e-5
+    assert layer_1024["ffn_share_no_bias"] == pytest.approx(2 / 3, abs=1e-15)
+
+
+def _random_configs(n=5, seed=0):
+    rng = np.random.default_rng(seed)
+    for _ in range(n):
+        h = int(rng.integers(1, 4))
+        d = h * int(rng.integers(1, 5)) * 2
+        ctx = int(rng.integers(2, 9))
+        yield dict(n_vocab=int(rng.integers(3, 30)), n_embd=d, n_head=h, n_positions=ctx,
+                   n_layers=int(rng.integers(1, 4)), tie_weights=bool(rng.integers(2)), bias=bool(rng.integers(2)),
+                   middle_dim=[None, int(rng.integers(1, 20))][int(rng.integers(2))]), int(rng.integers(1, ctx + 1))
+
+
+@pytest.mark.parametrize("cfg,seq_len", list(_random_configs()))
+def test_formulas_against_three_counters(cfg, seq_len):
+    formula = s06.parameter_formula(**cfg)
+    assert s06.count_parameters(s06.meta_model(**cfg)) == formula
+    ours = transformer.DecoderLM(**cfg, p_dropout=0.0)
+    assert ours.num_parameters() == sum(formula.values())
+    flops = s06.flop_formula(seq_len=seq_len, **cfg)
+    counted = s06.count_flops(s06.meta_model(**cfg), seq_len)
+    assert {k: counted[k] for k in flops} == flops
+    assert counted["total (counter)"] == sum(flops.values())
+    logits = ours(np.zeros((1, seq_len), dtype=np.int64))       # our autodiff graph, summed over matmuls
+    assert s03.matmul_flops(logits) == sum(flops.values())
+
+
+# ---- part 2 · S8.2-a..g
+def test_gpt2_small_flops_per_token():
+    r = s06.flops_per_token()
+    assert r["counted_total"] == r["total"] == 291_648_307_200
+    assert all(r["formula"][k] == r["counted"][k] for k in r["formula"])
+    assert abs(r["per_token"] / 1e6 - 284.8) <= 0.05
+    shares = {k: 100 * v for k, v in r["shares"].items()}
+    assert abs(shares["FFN"] - 39.8) <= 0.05
+    assert abs(shares["output layer"] - 27.1) <= 0.05
+    assert abs(shares["QKV projections"] - 14.9) <= 0.05
+    assert abs(shares["attention (QKᵀ, AV)"] - 13.3) <= 0.05
+    assert abs(shares["W_O"] - 4.97) <= 0.01                 # the share the notes leave out
+    assert abs(r["two_n"] / 1e6 - 248.9) <= 0.05
+
+
+# ---- part 3 · S8.3-a/b, Ex6
+def test_crossover_at_6d():
+    small, llama = s06.crossover()
+    assert (small["n_star"], llama["n_star"]) == (4608, 24576)
+    for r in (small, llama):
+        assert r["attention_per_token"] == r["rest_per_token"]
+    assert small["attention_per_token"] == 14_155_776                          # exercise 6: 14.2 MFLOPs each
+
+
+def test_llama_attention_share():
+    rows = s06.llama_attention_share()
+    assert [r["n"] for r in rows] == [2048, 32768, 131072]
+    for r, quoted, swiglu in zip(rows, (7.7, 57.1, 84.2), (7.66, 57.02, 84.14)):
+        assert abs(100 * r["share"] - quoted) <= 0.05
+        assert r["share_counter"] == pytest.approx(r["share"], rel=1e-12)
+        assert abs(100 * r["share_swiglu"] - swiglu) <= 0.01
+
+
+def test_attention_flop_share_at_d_256():                                       # S8.3-h
+    shares = [s06._attention_share(s06.flop_formula(n_embd=256, seq_len=S)) for S in (128, 512, 2048)]
+    for share, quoted in zip(shares, (8, 25, 57)):
+        assert abs(100 * share - quoted) <= 0.5
+
+
+# ---- part 4 · S8.3-c..f, Ex10
+def test_saved_activations_exactly_and_the_fit():
+    common.seed_everything(0)
+    r = s06.activation_memory(seq_lens=(16, 32, 64, 128, 256))
+    for row in r["rows"]:
+        assert row["floats"] == row["exact"] == 16 * row["S"] * 64 + 4 * row["S"] ** 2 + 4 * row["S"]
+    assert abs(r["a"] - 16.0625) <= 1e-6 and abs(r["b"] - 1.0) <= 1e-6
+    assert abs(r["crossover"] - 257) <= 1
+
+
+def test_llama_layer_activation_sizes():
+    at_8192, at_4096 = s06.activation_examples()
+    assert at_8192["one_hss"] == 4 * s06.GIB and at_8192["one_sd"] == 64 * s06.MIB
+    assert at_4096["sd_part"] == 512 * s06.MIB and at_4096["hss_part"] == 1 * s06.GIB   # exercise 10
+    assert at_4096["crossover"] == 2048
+
+
+# ---- part 5 (timings are printed, never asserted) and the whole script
+def test_script_runs(capsys, tmp_path):
+    common.main(s06.__doc__, s06.PARTS, argv=["--quick", "--figures", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert all(f"Part {k} ·" in out for k in s06.PARTS)
+    assert sum(line.startswith(common.TIMER) for line in out.splitlines()) == 2
+    assert (tmp_path / "06_flops_vs_n.png").exists() and (tmp_path / "06_activation_memory.png").exists()
