@@ -4,7 +4,7 @@ Serves the lecture-6 notes §9.1 (softmax_loss through logsumexp, part 1), §7.2
 §3.2 (shapes and strides inside multi-head attention, part 3), §9.2 (parity with the PyTorch twin,
 part 4) and §8.4 (how many primitive operations each module's forward makes, part 5).
 Everything runs on transformer.py, i.e. on lecture 5's tensor.py primitives only; torch appears as
-the reference in part 4. Runtime: about 3 s on a 2-core CPU.
+the reference in part 4. Runtime: about 5 s of CPU time (2-core machine), most of it importing torch.
 
     python code/lecture06/03_hw3_modules.py [--part N] [--seed S] [--quick] [--no-figures]
 """
