@@ -1,7 +1,7 @@
 """Script 02 · Positions: sinusoidal encoding, its rotation property, learned tables, √d, shared embeddings.
 
 Serves notes §4.1 (part 5) and §4.2-§4.4 (parts 1-4). The encoding is transformer.sinusoidal_positions,
-the one the models use. Runtime: about 5 s (`--quick`: about 4 s).
+the one the models use. Runtime: about 6 s (`--quick`: about 4 s), most of it importing torch and drawing.
 
     python code/lecture06/02_positions.py [--part N] [--seed S] [--quick] [--no-figures]
 """
