@@ -55,16 +55,18 @@ def no_grad():
 
 
 def _unbroadcast(grad: np.ndarray, shape: tuple) -> np.ndarray:
-    """Sum a broadcast gradient back down to an input's shape."""
-    while grad.ndim > len(shape):
-        grad = grad.sum(axis=0)
-    for axis, size in enumerate(shape):
-        if size == 1 and grad.shape[axis] != 1:
-            grad = grad.sum(axis=axis, keepdims=True)
-    return grad
+    """Sum a broadcast gradient back down to an input's shape (in one reduction)."""
+    if grad.shape == shape:
+        return grad
+    extra = grad.ndim - len(shape)
+    axes = tuple(range(extra)) + tuple(extra + i for i, size in enumerate(shape)
+                                       if size == 1 and grad.shape[extra + i] != 1)
+    return grad.sum(axis=axes).reshape(shape)
 
 
 def _broadcast_shape(a: tuple, b: tuple, op: str) -> tuple:
+    if a == b:
+        return a
     try:
         return np.broadcast_shapes(a, b)
     except ValueError:
@@ -83,6 +85,7 @@ class Tensor:
         self._parents = _parents
         self._op = _op
         self._backward = None
+        self._grad_owned = False
 
     # ---- bookkeeping ------------------------------------------------------------------
     def __repr__(self):
@@ -119,10 +122,15 @@ class Tensor:
         return Tensor(self.data)
 
     def _accumulate(self, grad: np.ndarray):
+        """Add a contribution to .grad. The first one is kept as is, without a copy (most tensors get
+        just one); it may be shared with another tensor, so a second one makes a fresh sum rather
+        than writing into it. backward() gives leaves a private copy at the end."""
         if self.grad is None:
-            self.grad = np.array(grad, dtype=DTYPE, copy=True)
-        else:
+            self.grad, self._grad_owned = grad, False
+        elif self._grad_owned:
             self.grad += grad
+        else:
+            self.grad, self._grad_owned = self.grad + grad, True
 
     @staticmethod
     def _wrap(x) -> "Tensor":
@@ -131,10 +139,10 @@ class Tensor:
     def _result(self, data: np.ndarray, parents: tuple, op: str, backward) -> "Tensor":
         """Create an op's output; keep the graph only if some input needs a gradient."""
         OP_COUNTS[op] += 1
-        needs_grad = _grad_enabled and any(p.requires_grad for p in parents)
+        needs_grad = _grad_enabled and any([p.requires_grad for p in parents])
         out = Tensor(data, requires_grad=needs_grad, _parents=parents if needs_grad else (), _op=op)
         if needs_grad:
-            out._backward = lambda: backward(out.grad)
+            out._backward = backward  # called with out.grad; holds no reference to out, so no cycle
         return out
 
     # ---- the primitives ---------------------------------------------------------------
@@ -188,8 +196,11 @@ class Tensor:
 
     def sigmoid(self) -> "Tensor":
         a = self
-        # Written as exp(-logaddexp(0, -x)) so that large |x| neither overflows nor warns.
-        out_data = np.exp(-np.logaddexp(0.0, -a.data))
+        # 1/(1 + e^-x) is accurate everywhere; for x < -709 e^-x overflows to inf and 1/inf = 0 is right.
+        with np.errstate(over="ignore"):
+            out_data = np.exp(-a.data)
+        out_data += 1.0
+        np.reciprocal(out_data, out=out_data)
 
         def backward(g):
             a._accumulate(g * out_data * (1.0 - out_data))
@@ -215,6 +226,20 @@ class Tensor:
             np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
         except ValueError:
             raise ValueError(f"matmul: batch dimensions of {a.shape} and {b.shape} cannot broadcast") from None
+
+        if b.ndim == 2 and a.ndim > 2:
+            # (..., n, k) @ (k, m) as one (N, k) @ (k, m) product: one BLAS call instead of one per batch
+            # entry, and the weight's gradient comes out summed over the batch with no (..., k, m) temporary
+            rows_a = a.data.reshape(-1, a.shape[-1])
+
+            def backward(g):
+                rows_g = g.reshape(-1, g.shape[-1])
+                if a.requires_grad:
+                    a._accumulate((rows_g @ b.data.T).reshape(a.shape))
+                if b.requires_grad:
+                    b._accumulate(rows_a.T @ rows_g)
+            out_data = (rows_a @ b.data).reshape(*a.shape[:-1], b.shape[-1])
+            return self._result(out_data, (a, b), "matmul", backward)
 
         def backward(g):
             if a.requires_grad:
@@ -343,9 +368,10 @@ class Tensor:
         self._accumulate(grad)
         for node in reversed(order):
             if node._backward is not None and node.grad is not None:
-                node._backward()
-                node.grad = None if node._parents else node.grad  # free intermediates' gradients
-        # intermediate tensors keep no gradient; leaves keep theirs
+                node._backward(node.grad)
+                node.grad = None  # free intermediates' gradients
+            elif not node._grad_owned and node.grad is not None:
+                node.grad, node._grad_owned = np.array(node.grad), True  # a leaf's own, writable copy
 
 
 def tensor(data, requires_grad: bool = False) -> Tensor:
