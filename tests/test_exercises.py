@@ -1,0 +1,91 @@
+"""§12's answer key, exercises 1-10, recomputed with the project's own code and asserted.
+
+Each answer comes from the code a student would use (tensor.py, transformer.py, the formulas of
+scripts 05 and 06), not from arithmetic written into the test; the expected values are the
+answer key's."""
+import math
+
+import numpy as np
+import pytest
+
+import transformer
+from conftest import load_script
+from tensor import Tensor
+
+
+def test_ex1_score_std_is_sqrt_d_and_one_after_scaling():
+    row = load_script("01_attention").score_scaling(dims=(256,), trials=2000)["rows"][0]
+    assert math.sqrt(row["raw"]["var"]) == pytest.approx(16, rel=0.05)
+    assert math.sqrt(row["scaled"]["var"]) == pytest.approx(1, rel=0.05)
+
+
+def test_ex2_causal_mask_visibility():
+    S = 7
+    visible = transformer.MultiHeadAttention.create_causal_mask(S).data[0, 0] == 0
+    assert [int(row.sum()) for row in visible] == [i + 1 for i in range(S)]   # position i sees i + 1
+    assert int((~visible).sum()) == S * (S - 1) // 2 == 21
+
+
+def test_ex3_shapes_of_multi_head_attention():
+    B, S, D, h = 4, 10, 64, 8
+    mha = transformer.MultiHeadAttention(D, h, causal=True, p_dropout=0.0)
+    q, kT, v = mha.project_to_query_key_value(Tensor(np.zeros((B, S, D))))
+    merged = mha.self_attention(q, kT, v, mha.create_causal_mask(S))
+    assert q.shape == (4, 8, 10, 8) and kT.shape == (4, 8, 8, 10)
+    assert (q @ kT).shape == (4, 8, 10, 10) and (mha.last_attention @ v).shape == (4, 8, 10, 8)
+    assert merged.shape == (4, 10, 64)
+
+
+def test_ex4_pe_dot_product_depends_only_on_distance():
+    d = 512
+    pe = transformer.sinusoidal_positions(1200, d)
+    omega = transformer.sinusoidal_frequencies(d)
+    for k in (1, 7, 100):
+        dots = np.einsum("td,td->t", pe[:-k], pe[k:])
+        assert np.abs(dots - np.cos(omega * k).sum()).max() < 1e-9
+
+
+def test_ex5_layer_parameters_d1024():
+    layer = transformer.TransformerLayer(1024, 16, p_dropout=0.0)
+    count = {name: sum(p.data.size for _, p in getattr(layer, name).named_parameters())
+             for name in ("attention", "ff", "ln_1", "ln_2")}
+    assert count["attention"] == 4_198_400
+    assert count["ff"] == 8_393_728
+    assert count["ln_1"] + count["ln_2"] == 4_096
+    assert layer.num_parameters() == 12_596_224
+    assert round(100 * count["ff"] / layer.num_parameters(), 1) == 66.6
+
+
+def test_ex6_gpt2_small_at_n_4608():
+    flops = load_script("06_costs").flop_formula(n_embd=768, seq_len=4608)
+    per_token = {name: value / 4608 for name, value in flops.items()}
+    attention = per_token["attention (QKᵀ, AV)"]
+    rest = per_token["QKV projections"] + per_token["W_O"] + per_token["FFN"]
+    assert attention == rest == 14_155_776
+    assert round(attention / 1e6, 1) == 14.2
+
+
+def test_ex7_learning_rate_at_2000_and_16000():
+    peak = transformer.noam_lr(4000)
+    assert transformer.noam_lr(2000) == pytest.approx(transformer.noam_lr(16000), rel=1e-12)
+    assert transformer.noam_lr(2000) == pytest.approx(peak / 2, rel=1e-12)
+    assert f"{transformer.noam_lr(2000):.2e}" == "3.49e-04" and f"{peak:.2e}" == "6.99e-04"
+    assert 512 ** -0.5 == pytest.approx(0.0442, abs=5e-5) and 4000 ** 1.5 == pytest.approx(252_982, abs=1)
+    assert 16000 ** -0.5 == pytest.approx(0.00791, abs=5e-6)
+
+
+def test_ex9_adam_first_step_is_lr_times_sign():
+    lr = 1e-3
+    for g in (1e-6, 1e-3, 1.0, 1e3):
+        for sign in (1, -1):
+            p = transformer.Parameter(np.zeros(1))
+            p.grad = np.array([sign * g])
+            transformer.Adam([p], lr=lr, betas=(0.9, 0.98), eps=1e-9).step()
+            assert -p.data[0] / lr == pytest.approx(sign, rel=1e-2)
+
+
+def test_ex10_activation_estimate_d4096_h32_s4096_fp16():
+    example = next(e for e in load_script("06_costs").activation_examples() if e["S"] == 4096)
+    assert example["sd_part"] == 512 * 2 ** 20      # 16 copies of S × d: 512 MiB
+    assert example["hss_part"] == 2 ** 30            # h × S × S: 1 GiB, the larger part
+    assert example["crossover"] == 2048              # 16d/h: S = 4096 is past it
