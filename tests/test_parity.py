@@ -1,0 +1,295 @@
+"""Parity, max abs difference <= 1e-12 in outputs and in every gradient (notes §9.2):
+transformer.py (tensor.py) against torch_ref.py, torch_ref.py against torch.nn, and our Adam
+against torch.optim.Adam."""
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import torch_ref
+import transformer as tr
+from gradcheck import leaf
+from tensor import Tensor
+
+TOL = 1e-12
+B, S, D, H, V = 3, 6, 16, 4, 11
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    tr.set_seed(0)
+    torch.manual_seed(0)
+
+
+def max_diff(a, b) -> float:
+    a = a.detach().numpy() if torch.is_tensor(a) else np.asarray(a)
+    b = b.detach().numpy() if torch.is_tensor(b) else np.asarray(b)
+    assert a.shape == b.shape, (a.shape, b.shape)
+    return float(np.max(np.abs(a - b))) if a.size else 0.0
+
+
+def randomize(module, seed=1):
+    """Move LayerNorm weights off 1 and biases off 0, so their gradients are a real test."""
+    rng = np.random.default_rng(seed)
+    for name, p in module.named_parameters():
+        if "ln" in name:
+            value = rng.uniform(0.5, 1.5, tuple(p.shape)) if name.endswith("weights") \
+                else rng.normal(0, 0.3, tuple(p.shape))
+            if torch.is_tensor(p):
+                with torch.no_grad():
+                    p.copy_(torch.from_numpy(value))
+            else:
+                p.data[...] = value
+    return module
+
+
+def check_twins(ours, twin_class, ours_inputs, twin_kwargs=None, **call):
+    """Run ours, then its twin (copy_from: same parameters, same dropout masks), backpropagate the same
+    random output gradient through both; compare outputs, every parameter's and every input's gradient."""
+    twin = torch_ref.copy_from(twin_class(**twin_kwargs), ours)
+    out = ours(*ours_inputs, **call)
+    twin_inputs = [torch.from_numpy(x.data.copy()).requires_grad_() if isinstance(x, Tensor) else x
+                   for x in ours_inputs]
+    twin_call = {k: (torch.from_numpy(v.data.copy()).requires_grad_() if isinstance(v, Tensor) else v)
+                 for k, v in call.items()}
+    twin_out = twin(*twin_inputs, **twin_call)
+    grad = np.random.default_rng(5).standard_normal(out.shape)
+    out.backward(grad)
+    twin_out.backward(torch.from_numpy(grad))
+    diffs = {"output": max_diff(out.data, twin_out)}
+    twin_grads = torch_ref.gradients(twin)
+    ours_grads = {n: p.grad for n, p in ours.named_parameters()}
+    assert list(ours_grads) == list(twin_grads)
+    diffs.update({n: max_diff(g, twin_grads[n]) for n, g in ours_grads.items()})
+    for k, (x, tx) in enumerate(zip(list(ours_inputs) + list(call.values()), twin_inputs + list(twin_call.values()))):
+        if isinstance(x, Tensor):
+            diffs[f"input {k}"] = max_diff(x.grad, tx.grad)
+    worst = max(diffs, key=diffs.get)
+    assert diffs[worst] <= TOL, f"{worst}: {diffs[worst]:.2e}"
+    assert all(g is not None and np.abs(g).max() > 0 for g in ours_grads.values())
+    return diffs
+
+
+# ---- transformer.py against torch_ref.py ---------------------------------------------------------
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear(bias):
+    check_twins(tr.Linear(D, 7, bias=bias), torch_ref.Linear, [leaf((B, S, D), "permuted")],
+                dict(in_size=D, out_size=7, bias=bias))
+
+
+def test_layernorm():
+    check_twins(randomize(tr.LayerNorm(D)), torch_ref.LayerNorm, [leaf((B, S, D), "permuted")], dict(dim=D))
+
+
+PAD = np.array([[False] * S, [False] * (S - 2) + [True] * 2, [False] + [True] * (S - 1)])
+
+
+@pytest.mark.parametrize("causal,pad,p_dropout", [
+    (True, False, 0.0), (False, False, 0.0), (True, True, 0.0), (False, True, 0.0), (True, True, 0.1)])
+def test_attention(causal, pad, p_dropout):
+    kwargs = dict(n_embd=D, n_head=H, causal=causal, p_dropout=p_dropout)
+    call = {"pad_mask": PAD} if pad else {}
+    check_twins(tr.MultiHeadAttention(**kwargs), torch_ref.MultiHeadAttention, [leaf((B, S, D), "permuted")],
+                kwargs, **call)
+
+
+def test_cross_attention():
+    kwargs = dict(n_embd=D, n_head=H, causal=False, p_dropout=0.1)
+    memory_pad = np.zeros((B, S + 3), bool)
+    memory_pad[1, -2:] = True
+    check_twins(tr.MultiHeadAttention(**kwargs), torch_ref.MultiHeadAttention, [leaf((B, S, D))], kwargs,
+                kv=leaf((B, S + 3, D), seed=2), pad_mask=memory_pad)
+
+
+def test_feedforward():
+    kwargs = dict(n_embd=D, p_dropout=0.1)
+    check_twins(tr.FeedForward(**kwargs), torch_ref.FeedForward, [leaf((B, S, D))], kwargs)
+
+
+@pytest.mark.parametrize("pre_ln", [True, False])
+@pytest.mark.parametrize("p_dropout", [0.0, 0.1])
+def test_transformer_layer(pre_ln, p_dropout):
+    kwargs = dict(n_embd=D, n_head=H, p_dropout=p_dropout, pre_ln=pre_ln)
+    check_twins(randomize(tr.TransformerLayer(**kwargs)), torch_ref.TransformerLayer, [leaf((B, S, D))],
+                kwargs, pad_mask=PAD)
+
+
+@pytest.mark.parametrize("tie_weights,positions,pre_ln", [
+    (False, "learned", True), (True, "learned", True), (False, "sinusoidal", True), (True, "none", False)])
+def test_decoder_lm_with_dropout(tie_weights, positions, pre_ln):
+    kwargs = dict(n_vocab=V, n_embd=D, n_head=H, n_positions=S, n_layers=2, p_dropout=0.1,
+                  tie_weights=tie_weights, positions=positions, pre_ln=pre_ln)
+    model = randomize(tr.DecoderLM(**kwargs)).train()
+    ids = np.random.default_rng(3).integers(0, V, (B, S))
+    diffs = check_twins(model, torch_ref.DecoderLM, [ids], kwargs)
+    assert len(diffs) == 1 + len(model.parameters())
+    drops = [m for _, m in model.named_modules() if isinstance(m, tr.Dropout)]
+    assert len(drops) == 1 + 3 * 2 and all((m.last_mask == 0).any() for m in drops)   # dropout really on
+
+
+def test_lm_loss_training_steps_match():
+    """A few Adam steps on lm_loss with dropout: losses and parameters stay together.
+
+    Except k_projection.bias: softmax ignores a shift shared by all keys, so its true gradient is 0
+    and both sides compute rounding noise (~1e-18). Adam turns noise g into an update lr·g/eps, so
+    there the two sides differ by up to lr/eps times that noise (~1e-12), and no more."""
+    kwargs = dict(n_vocab=V, n_embd=D, n_head=H, n_positions=S, n_layers=2, p_dropout=0.1)
+    ours = tr.DecoderLM(**kwargs)
+    twin = torch_ref.copy_from(torch_ref.DecoderLM(**kwargs), ours)
+    opt, twin_opt = tr.Adam(ours.parameters(), lr=1e-2), torch.optim.Adam(twin.parameters(), lr=1e-2)
+    rng = np.random.default_rng(4)
+    for _ in range(3):
+        ids = rng.integers(0, V, (B, S + 1))
+        opt.zero_grad()
+        loss = tr.lm_loss(ours(ids[:, :-1]), ids[:, 1:])
+        loss.backward()
+        opt.step()
+        twin_opt.zero_grad()
+        logits = twin(ids[:, :-1])
+        twin_loss = F.cross_entropy(logits.reshape(-1, V), torch.from_numpy(ids[:, 1:]).reshape(-1))
+        twin_loss.backward()
+        twin_opt.step()
+        assert abs(loss.item() - twin_loss.item()) <= TOL
+        k_bias_grads = [p.grad for n, p in ours.named_parameters() if n.endswith("k_projection.bias")]
+        assert max(np.abs(g).max() for g in k_bias_grads) <= 1e-15
+    twin_params = dict(twin.named_parameters())
+    diffs = {n: max_diff(p.data, twin_params[n]) for n, p in ours.named_parameters()}
+    assert max(d for n, d in diffs.items() if not n.endswith("k_projection.bias")) <= TOL
+    assert max(diffs.values()) <= 3 * 1e-2 * 1e-15 / 1e-8        # 3 steps of lr·|noise|/eps
+
+
+# ---- torch_ref.py against torch.nn ---------------------------------------------------------------
+def f64(x) -> torch.Tensor:
+    return torch.as_tensor(np.asarray(x), dtype=torch.float64)
+
+
+def test_torch_ref_layernorm_vs_nn():
+    ref = randomize(tr.LayerNorm(D, eps=1e-5))
+    twin = torch_ref.copy_from(torch_ref.LayerNorm(D), ref)
+    official = nn.LayerNorm(D, eps=1e-5, dtype=torch.float64)
+    with torch.no_grad():
+        official.weight.copy_(twin.weights)
+        official.bias.copy_(twin.bias)
+    x = torch.randn(B, S, D, dtype=torch.float64) * 2 + 1
+    grad = torch.randn(B, S, D, dtype=torch.float64)
+    twin(x).backward(grad)
+    official(x).backward(grad)
+    assert max_diff(twin(x), official(x)) <= TOL
+    assert max_diff(twin.weights.grad, official.weight.grad) <= TOL
+    assert max_diff(twin.bias.grad, official.bias.grad) <= TOL
+
+
+def nn_attention_from(twin) -> nn.MultiheadAttention:
+    """nn.MultiheadAttention with twin's weights: in_proj stacks q, k, v as (out, in), ours are (in, out)."""
+    official = nn.MultiheadAttention(D, H, dropout=0.0, bias=True, batch_first=True, dtype=torch.float64)
+    with torch.no_grad():
+        official.in_proj_weight.copy_(torch.cat([twin.q_projection.weights.T, twin.k_projection.weights.T,
+                                                 twin.v_projection.weights.T]))
+        official.in_proj_bias.copy_(torch.cat([twin.q_projection.bias, twin.k_projection.bias,
+                                               twin.v_projection.bias]))
+        official.out_proj.weight.copy_(twin.out_projection.weights.T)
+        official.out_proj.bias.copy_(twin.out_projection.bias)
+    return official
+
+
+def assert_attention_grads_match(twin, official):
+    """in_proj_weight's gradient split in three, transposed, is q/k/v_projection's gradient."""
+    gq, gk, gv = official.in_proj_weight.grad.split(D)
+    bq, bk, bv = official.in_proj_bias.grad.split(D)
+    pairs = [(twin.q_projection.weights.grad, gq.T), (twin.k_projection.weights.grad, gk.T),
+             (twin.v_projection.weights.grad, gv.T), (twin.q_projection.bias.grad, bq),
+             (twin.k_projection.bias.grad, bk), (twin.v_projection.bias.grad, bv),
+             (twin.out_projection.weights.grad, official.out_proj.weight.grad.T),
+             (twin.out_projection.bias.grad, official.out_proj.bias.grad)]
+    assert max(max_diff(a, b) for a, b in pairs) <= TOL
+
+
+@pytest.mark.parametrize("mode", ["plain", "causal", "pad", "cross"])
+def test_torch_ref_attention_vs_nn(mode):
+    twin = torch_ref.MultiHeadAttention(D, H, causal=(mode == "causal"), p_dropout=0.0)
+    official = nn_attention_from(twin)
+    x = torch.randn(B, S, D, dtype=torch.float64, requires_grad=True)
+    x_official = x.detach().clone().requires_grad_()
+    kv = torch.randn(B, S + 2, D, dtype=torch.float64, requires_grad=True) if mode == "cross" else None
+    kv_official = kv.detach().clone().requires_grad_() if kv is not None else None
+    pad = torch.from_numpy(PAD) if mode == "pad" else None
+    out = twin(x, kv=kv, pad_mask=pad)
+    key = x_official if kv is None else kv_official
+    mask = torch.triu(torch.ones(S, S, dtype=torch.bool), 1) if mode == "causal" else None  # True: masked
+    official_out, _ = official(x_official, key, key, key_padding_mask=pad, attn_mask=mask, need_weights=False)
+    assert max_diff(out, official_out) <= TOL
+    grad = torch.randn(B, S, D, dtype=torch.float64)
+    out.backward(grad)
+    official_out.backward(grad)
+    assert_attention_grads_match(twin, official)
+    assert max_diff(x.grad, x_official.grad) <= TOL
+    if kv is not None:
+        assert max_diff(kv.grad, kv_official.grad) <= TOL
+
+
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_torch_ref_layer_vs_nn_encoder_layer(norm_first):
+    twin = randomize(torch_ref.TransformerLayer(D, H, p_dropout=0.0, causal=False, pre_ln=norm_first), seed=2)
+    official = nn.TransformerEncoderLayer(D, H, dim_feedforward=4 * D, dropout=0.0,
+                                          activation=lambda x: F.gelu(x, approximate="tanh"),
+                                          batch_first=True, norm_first=norm_first, dtype=torch.float64)
+    official.self_attn = nn_attention_from(twin.attention)
+    with torch.no_grad():
+        for mine, theirs in [(twin.ff.linear_in, official.linear1), (twin.ff.linear_out, official.linear2)]:
+            theirs.weight.copy_(mine.weights.T)
+            theirs.bias.copy_(mine.bias)
+        for mine, theirs in [(twin.ln_1, official.norm1), (twin.ln_2, official.norm2)]:
+            theirs.weight.copy_(mine.weights)
+            theirs.bias.copy_(mine.bias)
+    x = torch.randn(B, S, D, dtype=torch.float64)
+    pad = torch.from_numpy(PAD[:2])
+    out = twin(x[:2], pad_mask=pad)
+    official_out = official(x[:2], src_key_padding_mask=pad)
+    assert max_diff(out, official_out) <= TOL
+    grad = torch.randn(2, S, D, dtype=torch.float64)
+    out.backward(grad)
+    official_out.backward(grad)
+    assert_attention_grads_match(twin.attention, official.self_attn)
+    pairs = [(twin.ff.linear_in.weights.grad, official.linear1.weight.grad.T),
+             (twin.ff.linear_in.bias.grad, official.linear1.bias.grad),
+             (twin.ff.linear_out.weights.grad, official.linear2.weight.grad.T),
+             (twin.ff.linear_out.bias.grad, official.linear2.bias.grad),
+             (twin.ln_1.weights.grad, official.norm1.weight.grad), (twin.ln_1.bias.grad, official.norm1.bias.grad),
+             (twin.ln_2.weights.grad, official.norm2.weight.grad), (twin.ln_2.bias.grad, official.norm2.bias.grad)]
+    assert max(max_diff(a, b) for a, b in pairs) <= TOL
+
+
+def test_softmax_loss_vs_cross_entropy():
+    logits = np.random.default_rng(0).standard_normal((5, 7)) * 3
+    logits[0] += 1000.0                                   # large logits: still exact after the max shift
+    target = np.array([0, 6, 3, 3, 1])
+    z = Tensor(logits.copy(), requires_grad=True)
+    loss = tr.softmax_loss(z, target)
+    tz = f64(logits).requires_grad_()
+    official = F.cross_entropy(tz, torch.from_numpy(target), reduction="none")
+    assert max_diff(loss.data, official) <= TOL
+    grad = np.random.default_rng(1).uniform(0.5, 1.5, 5)
+    loss.backward(grad)
+    official.backward(f64(grad))
+    assert max_diff(z.grad, tz.grad) <= TOL
+
+
+# ---- Adam ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("betas,eps", [((0.9, 0.999), 1e-8), ((0.9, 0.98), 1e-9)])
+def test_adam_matches_torch(betas, eps):
+    rng = np.random.default_rng(0)
+    shapes = [(4, 3), (3,), (2, 2, 2)]
+    ours = [tr.Parameter(rng.standard_normal(s)) for s in shapes]
+    initial = [p.data.copy() for p in ours]
+    theirs = [f64(p.data.copy()).requires_grad_() for p in ours]
+    opt = tr.Adam(ours, lr=3e-3, betas=betas, eps=eps)
+    official = torch.optim.Adam(theirs, lr=3e-3, betas=betas, eps=eps)
+    for step in range(6):
+        for p, q in zip(ours, theirs):
+            g = rng.standard_normal(p.shape) * 10.0 ** rng.integers(-6, 3)   # gradients from 1e-6 to 1e2
+            p.grad, q.grad = g.copy(), f64(g)
+        opt.step()
+        official.step()
+        assert max(max_diff(p.data, q) for p, q in zip(ours, theirs)) <= TOL, f"step {step}"
+    assert min(max_diff(p.data, p0) for p, p0 in zip(ours, initial)) > 1e-3   # and they did move
