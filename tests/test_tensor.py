@@ -301,3 +301,16 @@ def test_sigmoid_extremes():
     np.testing.assert_allclose(y.data, s, rtol=3e-15, atol=0)
     # s(1 - s) loses relative precision where s rounds near 1 (as in torch), never more than eps absolute
     np.testing.assert_allclose(x.grad, s * np.array([1.0, 1 - s[1], 0.5, s[1], 0.0]), rtol=1e-14, atol=2e-16)
+
+
+def test_broadcast_rule_matches_numpy():
+    """tensor.py checks broadcasting in plain Python; it must agree with numpy on every pair."""
+    shapes = [(), (1,), (3,), (4,), (1, 1), (3, 1), (1, 4), (3, 4), (2, 3, 4), (2, 1, 4), (5, 3, 1), (0,), (0, 4)]
+    for a in shapes:
+        for b in shapes:
+            try:
+                np.broadcast_shapes(a, b)
+                expected = True
+            except ValueError:
+                expected = False
+            assert T._broadcasts(a, b) == expected, (a, b)

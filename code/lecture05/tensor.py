@@ -64,14 +64,15 @@ def _unbroadcast(grad: np.ndarray, shape: tuple) -> np.ndarray:
     return grad.sum(axis=axes).reshape(shape)
 
 
-def _broadcast_shape(a: tuple, b: tuple, op: str) -> tuple:
-    if a == b:
-        return a
-    try:
-        return np.broadcast_shapes(a, b)
-    except ValueError:
+def _broadcasts(a: tuple, b: tuple) -> bool:
+    """Whether shapes a and b broadcast (numpy's rule; in plain Python, as np.broadcast_shapes is slow)."""
+    return a == b or all(x == y or x == 1 or y == 1 for x, y in zip(reversed(a), reversed(b)))
+
+
+def _broadcast_shape(a: tuple, b: tuple, op: str):
+    if not _broadcasts(a, b):
         raise ValueError(f"{op}: shapes {a} and {b} cannot broadcast; "
-                         f"trailing dimensions must be equal or 1") from None
+                         f"trailing dimensions must be equal or 1")
 
 
 class Tensor:
@@ -222,10 +223,8 @@ class Tensor:
             raise ValueError(f"matmul: shapes {a.shape} @ {b.shape} do not line up: "
                              f"the last dimension of the left ({a.shape[-1]}) must equal "
                              f"the second-to-last of the right ({b.shape[-2]})")
-        try:
-            np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-        except ValueError:
-            raise ValueError(f"matmul: batch dimensions of {a.shape} and {b.shape} cannot broadcast") from None
+        if not _broadcasts(a.shape[:-2], b.shape[:-2]):
+            raise ValueError(f"matmul: batch dimensions of {a.shape} and {b.shape} cannot broadcast")
 
         if b.ndim == 2 and a.ndim > 2:
             # (..., n, k) @ (k, m) as one (N, k) @ (k, m) product: one BLAS call instead of one per batch
