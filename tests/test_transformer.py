@@ -237,8 +237,9 @@ def test_sequence_longer_than_n_positions():
     with pytest.raises(ValueError, match=r"sequence length 9 exceeds n_positions=8"):
         model(np.zeros((1, 9), dtype=int))
     assert model(np.zeros((1, 8), dtype=int)).shape == (1, 8, V)
-    sinusoidal = tr.DecoderLM(V, D, H, n_positions=8, n_layers=1, positions="sinusoidal")
-    assert sinusoidal(np.zeros((1, 12), dtype=int)).shape == (1, 12, V)   # computed, not looked up
+    for positions in ("sinusoidal", "none"):                                 # computed, or none at all
+        model = tr.DecoderLM(V, D, H, n_positions=8, n_layers=1, positions=positions)
+        assert model(np.zeros((1, 12), dtype=int)).shape == (1, 12, V)
 
 
 def test_sinusoidal_positions_formula():

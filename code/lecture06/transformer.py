@@ -414,7 +414,7 @@ class DecoderLM(Module):
         if idx.ndim != 2:
             raise ValueError(f"DecoderLM: expected token ids of shape (B, S), got {idx.shape}")
         seq_len = idx.shape[1]
-        if self.positions != "sinusoidal" and seq_len > self.n_positions:
+        if self.positions == "learned" and seq_len > self.n_positions:  # only a table has a last row
             raise ValueError(f"DecoderLM: sequence length {seq_len} exceeds n_positions={self.n_positions}: "
                              f"the learned position table has no row for positions "
                              f"{self.n_positions}..{seq_len - 1}; shorten the input or build the model "
