@@ -38,6 +38,8 @@ CASES = [
     ("matmul batched", lambda a, b: a @ b, [(2, 3, 4), (2, 4, 5)], None),
     ("matmul broadcast batch", lambda a, b: a @ b, [(2, 1, 3, 4), (3, 4, 2)], None),
     ("matmul matrix @ batch", lambda a, b: a @ b, [(3, 4), (2, 4, 2)], None),
+    ("matmul batch @ matrix", lambda a, b: a @ b, [(2, 3, 4), (4, 5)], None),      # run as one 2-D product
+    ("matmul 4-D @ matrix", lambda a, b: a @ b, [(2, 2, 3, 4), (4, 2)], None),
     ("sum all", lambda a: a.sum(), [(2, 3, 4)], None),
     ("sum axis 1", lambda a: a.sum(axis=1), [(2, 3, 4)], None),
     ("sum axis -1 keepdims", lambda a: a.sum(axis=-1, keepdims=True), [(2, 3, 4)], None),
