@@ -316,3 +316,13 @@ def test_broadcast_rule_matches_numpy():
             except ValueError:
                 expected = False
             assert T._broadcasts(a, b) == expected, (a, b)
+
+
+@pytest.mark.parametrize("op", ["neg", "exp", "log", "sigmoid", "relu", "sum", "view", "mul", "add"])
+def test_zero_dimensional_tensors(op):
+    """A 0-d tensor (a scalar, e.g. a loss) goes through every elementwise primitive and back."""
+    x = leaf((), low=0.5, high=2.0)
+    f = {"neg": lambda: -x, "exp": x.exp, "log": x.log, "sigmoid": x.sigmoid, "relu": x.relu,
+         "sum": x.sum, "view": lambda: x.view(1, 1), "mul": lambda: x * x, "add": lambda: x + 1.0}[op]
+    assert isinstance(f().data, np.ndarray)
+    check_gradients(f, [x])

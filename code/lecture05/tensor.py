@@ -198,8 +198,9 @@ class Tensor:
     def sigmoid(self) -> "Tensor":
         a = self
         # 1/(1 + e^-x) is accurate everywhere; for x < -709 e^-x overflows to inf and 1/inf = 0 is right.
+        out_data = np.negative(a.data, out=np.empty_like(a.data))  # in place from here on (out= keeps 0-d arrays)
         with np.errstate(over="ignore"):
-            out_data = np.exp(-a.data)
+            np.exp(out_data, out=out_data)
         out_data += 1.0
         np.reciprocal(out_data, out=out_data)
 
