@@ -1,0 +1,489 @@
+"""Script 05 · The training recipe: teacher forcing, label smoothing, warmup, Adam's first step, averaging.
+
+Serves notes §7.1 (teacher forcing, part 1), §7.3 (label smoothing and its exact cost on the city
+language, part 2), §7.5 (the learning-rate formula, part 3; Adam's first step, part 4) and §7.6
+(checkpoint averaging on the city language, part 5), and exercises 7-9. Part 1 runs transformer.py
+(lecture 5's tensor.py); parts 2 and 4 check PyTorch's conventions; part 5 trains PyTorch twins with
+city_lab.py's harness in two worker processes. Runtime: about 12 s on a 2-core CPU (`--quick`: about 6 s).
+
+    python code/lecture06/05_training_recipe.py [--part N] [--seed S] [--quick] [--no-figures]
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402  (puts code/lecture05 on sys.path too)
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import city_lab  # noqa: E402
+import tensor  # noqa: E402
+import transformer as tf  # noqa: E402
+from tensor import Tensor, no_grad  # noqa: E402
+
+
+def sci(x: float, digits: int = 2) -> str:
+    """6.98771e-04 -> '6.99e-4', the way the notes write numbers."""
+    if x == 0:
+        return "0"
+    mantissa, exponent = f"{x:.{digits}e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
+# ---- Part 1 · §7.1 teacher forcing ------------------------------------------------------------------
+SENTENCE = "I like singing and dancing ."
+
+
+def teacher_forcing(n_embd: int = 16, n_head: int = 2, n_layers: int = 2, seed: int = 0) -> dict:
+    """A causal DecoderLM (eval mode) on <bos> + SENTENCE + <eos>: the log-probabilities of every next
+    token from ONE forward pass over the whole shifted target, against one forward pass per prefix."""
+    vocab = ["<bos>", "<eos>"] + SENTENCE.split()
+    ids = [vocab.index(w) for w in ["<bos>"] + SENTENCE.split() + ["<eos>"]]
+    inputs, targets = np.array([ids[:-1]]), np.array(ids[1:])      # (1, 7) shifted right, (7,)
+    n_pred = len(targets)
+    tf.set_seed(seed)
+    model = tf.DecoderLM(len(vocab), n_embd, n_head, n_positions=n_pred, n_layers=n_layers).eval()
+
+    def log_probs(x) -> np.ndarray:                                # (1, S) ids -> (S, V)
+        logits = model(x)
+        return (logits - tf.logsumexp(logits)).data[0]
+
+    with no_grad():
+        with tensor.count_ops() as ops_one:
+            one_pass = log_probs(inputs)                            # every position at once: (7, V)
+        with tensor.count_ops() as ops_each:
+            per_prefix = np.stack([log_probs(inputs[:, :t + 1])[-1] for t in range(n_pred)])  # 7 × (V,)
+    picked = one_pass[np.arange(n_pred), targets]
+    return dict(vocab=vocab, inputs=[vocab[i] for i in inputs[0]], targets=[vocab[i] for i in targets],
+                one_pass=one_pass, per_prefix=per_prefix, max_diff=float(np.abs(one_pass - per_prefix).max()),
+                target_log_probs=picked, loss=float(-picked.mean()),
+                forwards=(1, n_pred), positions=(n_pred, n_pred * (n_pred + 1) // 2),
+                ops=(sum(ops_one.values()), sum(ops_each.values())),
+                matmuls=(ops_one["matmul"], ops_each["matmul"]))
+
+
+def show_teacher_forcing(args):
+    r = teacher_forcing(seed=args.seed)
+    common.header(1, "§7.1", "Teacher forcing: every position's loss from one forward pass")
+    common.note(f"A causal 2-layer DecoderLM (d = 16, random init, eval mode), vocabulary {r['vocab']}.\n"
+                f"Input (the target shifted right): {' '.join(r['inputs'])}\n"
+                f"Targets ({len(r['targets'])} predictions):       {' '.join(r['targets'])}")
+    common.table([[t, inp, tgt, r["one_pass"][t, r["vocab"].index(tgt)], r["per_prefix"][t, r["vocab"].index(tgt)]]
+                  for t, (inp, tgt) in enumerate(zip(r["inputs"], r["targets"]))],
+                 ["t", "input", "target", "log p (one pass)", "log p (prefix alone)"], floatfmt=".12f")
+    common.table([["forward passes", *r["forwards"]],
+                  ["positions computed", *r["positions"]],
+                  ["primitive ops (tensor.py)", *r["ops"]],
+                  ["matmuls among them", *r["matmuls"]]],
+                 ["", "teacher forcing", "one pass per prefix"])
+    common.note(f"max |difference| over all {r['one_pass'].size} log-probabilities: {r['max_diff']:.1e}; "
+                f"sentence loss {r['loss']:.4f} nats/token either way.\n"
+                "The causal mask makes position t blind to tokens after t, so one pass computes what 7 do.")
+
+
+# ---- Part 2 · §7.3 label smoothing ------------------------------------------------------------------
+def smoothed_targets(V: int, eps: float, correct: int, convention: str) -> np.ndarray:
+    """The smoothed one-hot target. 'torch': ε spread over all V classes (F.cross_entropy's
+    label_smoothing); 'slides': ε spread over the other V − 1 classes (slides p. 21)."""
+    if convention == "torch":
+        p = np.full(V, eps / V)
+        p[correct] += 1 - eps
+    elif convention == "slides":
+        p = np.full(V, eps / (V - 1))
+        p[correct] = 1 - eps
+    else:
+        raise ValueError(f"convention must be 'torch' or 'slides', got {convention!r}")
+    return p
+
+
+def smoothed_optimum(p: np.ndarray, eps: float, convention: str, V: int | None = None) -> np.ndarray:
+    """q* minimising the expected smoothed cross-entropy when the true next-token distribution is p
+    (..., V): the expected target, (1−ε)p + ε/V (torch) or (1−ε)p + ε(1−p)/(V−1) (slides).
+    Elementwise: p may also hold single probabilities, with V given."""
+    V = p.shape[-1] if V is None else V
+    if convention == "torch":
+        return (1 - eps) * p + eps / V
+    if convention == "slides":
+        return (1 - eps) * p + eps * (1 - p) / (V - 1)
+    raise ValueError(f"convention must be 'torch' or 'slides', got {convention!r}")
+
+
+def optimal_gap(V: int = 37000, eps: float = 0.1, correct: int = 3) -> dict:
+    """The logit gap at the optimum of the smoothed loss: the formula, and LBFGS on all V logits."""
+    rows = []
+    for convention in ("slides", "torch"):
+        p = smoothed_targets(V, eps, correct, convention)
+        formula = math.log(p[correct] / p[(correct + 1) % V])      # softmax(z) = p  <=>  z_i − z_j = log(p_i/p_j)
+        z = torch.zeros(1, V, dtype=torch.float64, requires_grad=True)
+        target = torch.from_numpy(p)[None]
+        optimizer = torch.optim.LBFGS([z], max_iter=100, tolerance_grad=1e-13, tolerance_change=1e-15,
+                                      line_search_fn="strong_wolfe")
+
+        def closure():
+            optimizer.zero_grad()
+            if convention == "torch":   # torch's own label smoothing, from the class index
+                loss = F.cross_entropy(z, torch.tensor([correct]), label_smoothing=eps)
+            else:                       # the slides' target, given as probabilities
+                loss = F.cross_entropy(z, target)
+            loss.backward()
+            return loss
+
+        optimizer.step(closure)
+        z_opt = z.detach().numpy()[0]
+        others = np.delete(z_opt, correct)
+        gap_at = np.zeros(V)
+        gap_at[correct] = formula
+        rows.append(dict(convention=convention, p_correct=p[correct], p_other=p[(correct + 1) % V],
+                         gap_formula=formula, gap_lbfgs=float(z_opt[correct] - others.mean()),
+                         others_spread=float(others.max() - others.min()),
+                         softmax_at_gap=float(np.exp(formula - np.logaddexp.reduce(gap_at)))))
+    return dict(V=V, eps=eps, rows=rows)
+
+
+def conventions(V: int = 10, eps: float = 0.1, correct: int = 3, seed: int = 0) -> dict:
+    """Exercise 8: both targets at V = 10, and both gradients. PyTorch's target is read back from its own
+    gradient (p = softmax(z) − ∂loss/∂z); the slides' loss −Σ p log softmax(z) = logsumexp(z) − p·z is
+    built from transformer.py's primitives and differentiated by tensor.py's autodiff."""
+    z_np = np.random.default_rng(seed).standard_normal(V)
+    softmax = np.exp(z_np - np.logaddexp.reduce(z_np))
+    z = torch.tensor(z_np[None], requires_grad=True)
+    F.cross_entropy(z, torch.tensor([correct]), label_smoothing=eps).backward()
+    p_torch_measured = softmax - z.grad.numpy()[0]
+    p_slides = smoothed_targets(V, eps, correct, "slides")
+    zt = Tensor(z_np[None], requires_grad=True)
+    (tf.logsumexp(zt) - (zt * p_slides[None]).sum(axis=1, keepdims=True)).sum().backward()
+    p_torch = smoothed_targets(V, eps, correct, "torch")
+    return dict(V=V, eps=eps, correct=correct, p_torch=p_torch, p_slides=p_slides,
+                p_torch_measured=p_torch_measured,
+                torch_grad_error=float(np.abs(z.grad.numpy()[0] - (softmax - p_torch)).max()),
+                slides_grad_error=float(np.abs(zt.grad[0] - (softmax - p_slides)).max()),
+                diff_correct=float(p_torch[correct] - p_slides[correct]),
+                diff_other=float(p_slides[(correct + 1) % V] - p_torch[(correct + 1) % V]))
+
+
+def smoothing_cost(epsilons=(0.01, 0.05, 0.1, 0.2)) -> dict:
+    """The exact price of label smoothing on the city language's test set. A model trained to the
+    smoothed optimum predicts q* instead of the true p; its test cross-entropy minus the bound is the cost.
+    Argmax: the set of most likely tokens at each test position, for q* and for p."""
+    test = city_lab.test_set()
+    p, V = test.p_true, city_lab.V                                    # (N, S, V)
+    bound = city_lab.lower_bound()
+    top_p = p == p.max(axis=-1, keepdims=True)                        # (N, S, V) the argmax set
+    rows = []
+    for eps in epsilons:
+        row = dict(eps=eps, ceiling=-1000 * math.log(1 - eps),
+                   deterministic=-1000 * math.log(1 - eps + eps / V))
+        for convention in ("torch", "slides"):
+            q = smoothed_optimum(p, eps, convention)
+            cost = city_lab.test_excess_mnats(np.log(q))              # mean −log q*(y) − mean −log p(y)
+            kl = 1000 * float((p * (np.log(np.where(p > 0, p, 1.0)) - np.log(q))).sum(axis=-1).mean())
+            same_argmax = (q == q.max(axis=-1, keepdims=True)) == top_p
+            row[convention] = dict(cost=cost, cross_entropy=bound + cost / 1000,
+                                   perplexity=math.exp(bound + cost / 1000), kl=kl,
+                                   argmax_unchanged=int(same_argmax.all(axis=-1).sum()))
+        rows.append(row)
+    grid = np.linspace(0.0, 0.3, 61)
+    curve = {c: np.array([-1000 * float(np.log(smoothed_optimum(test.p_y, e, c, V) / test.p_y).mean())
+                          for e in grid]) for c in ("torch", "slides")}   # only q*(y) is needed: cheap
+    return dict(V=V, bound=bound, perplexity=math.exp(bound), positions=int(np.prod(p.shape[:2])),
+                deterministic_fraction=city_lab.deterministic_fraction(test), rows=rows, grid=grid, curve=curve)
+
+
+def show_label_smoothing(args):
+    g = optimal_gap()
+    common.header(2, "§7.3", "Label smoothing: a finite optimum, two conventions, an exact price")
+    common.note(f"V = {g['V']:,}, ε = {g['eps']}: the smoothed loss is minimised where softmax(z) = p, "
+                f"so the correct logit beats the others by log(p_correct/p_other):")
+    common.table([[row["convention"], f"{row['p_correct']:.7f}", sci(row["p_other"], 4),
+                   f"{row['gap_formula']:.6f}", f"{row['gap_lbfgs']:.6f}", sci(row["others_spread"], 0),
+                   f"{row['softmax_at_gap']:.7f}"] for row in g["rows"]],
+                 ["convention", "p correct", "p other", "gap: formula", "gap: LBFGS on all V logits",
+                  "spread of others", "softmax at the gap"], disable_numparse=True)
+    common.note("slides: log((1−ε)(V−1)/ε); PyTorch: log(1 + (1−ε)V/ε). Without smoothing the gap must go to ∞.")
+
+    c = conventions()
+    k = c["correct"]
+    print()
+    common.note(f"Exercise 8: V = {c['V']}, ε = {c['eps']}, correct class {k}. PyTorch's target read back from "
+                f"its gradient, p = softmax(z) − ∂loss/∂z:")
+    common.table([[i, c["p_slides"][i], c["p_torch"][i], c["p_torch_measured"][i], c["p_torch"][i] - c["p_slides"][i]]
+                  for i in range(c["V"])],
+                 ["class", "slides: 1−ε / ε/(V−1)", "PyTorch: 1−ε+ε/V / ε/V", "PyTorch, measured",
+                  "difference"], floatfmt=".4f")
+    common.note(f"correct class: 0.91 vs 0.90, differ by {c['diff_correct']:.3f} (= ε/V); each other class by "
+                f"{c['diff_other']:.4f}.\nBoth gradients are softmax(z) − p: max error {c['torch_grad_error']:.1e} "
+                f"(F.cross_entropy, label_smoothing={c['eps']}), {c['slides_grad_error']:.1e} "
+                "(slides' target, tensor.py autodiff).")
+
+    r = smoothing_cost()
+    print()
+    common.note(f"The exact cost on the city language ({r['V']} tokens): q* = (1−ε)p + ε/V from the true p at each "
+                f"of the {r['positions']:,} test positions,\nthen the test cross-entropy (bound {r['bound']:.4f} "
+                f"nats/token, perplexity {r['perplexity']:.4f}). Cost = cross-entropy − bound, in mnat/token:")
+    common.table([[row["eps"], f"{row['torch']['cross_entropy']:.4f}", f"{row['torch']['perplexity']:.4f}",
+                   f"{row['torch']['cost']:.1f}", f"{row['torch']['kl']:.1f}", f"{row['slides']['cost']:.1f}",
+                   f"{row['deterministic']:.1f}", f"{row['ceiling']:.2f}",
+                   f"{row['torch']['argmax_unchanged']:,} / {r['positions']:,}"] for row in r["rows"]],
+                 ["ε", "cross-entropy", "perplexity", "cost (PyTorch q*)", "E KL(p‖q*)", "cost (slides q*)",
+                  "if p were one-hot", "ceiling −log(1−ε)", "argmax unchanged"], disable_numparse=True)
+    common.note(f"{r['deterministic_fraction']:.1%} of the test targets are certain (p = 1): they pay almost "
+                "−log(1−ε) each, the random ones less.\nPerplexity gets worse, but at every position the most "
+                "likely tokens stay the most likely (also the slides' q*: "
+                f"{r['rows'][-1]['slides']['argmax_unchanged']:,} / {r['positions']:,} at ε = {r['rows'][-1]['eps']}).")
+    draw_smoothing_cost(r, args.figures)
+
+
+def draw_smoothing_cost(r, figures_dir):
+    import matplotlib.pyplot as plt
+    grid = r["grid"]
+    fig, ax = plt.subplots(figsize=(6.2, 3.8))
+    ax.plot(grid, -1000 * np.log(1 - grid), "k--", lw=1, label="ceiling −log(1−ε)")
+    ax.plot(grid, -1000 * np.log(1 - grid + grid / r["V"]), ":", color="grey", label="if every token were certain")
+    ax.plot(grid, r["curve"]["slides"], "-", color="tab:orange", label="slides' q* = (1−ε)p + ε(1−p)/(V−1)")
+    ax.plot(grid, r["curve"]["torch"], "-", color="tab:blue", label="PyTorch's q* = (1−ε)p + ε/V")
+    for row in r["rows"]:
+        ax.plot(row["eps"], row["torch"]["cost"], "o", color="tab:blue")
+        ax.annotate(f"{row['torch']['cost']:.0f}", (row["eps"], row["torch"]["cost"]), textcoords="offset points",
+                    xytext=(6, -12), fontsize=8, color="tab:blue")
+    ax.set_xlabel("ε")
+    ax.set_ylabel("test cross-entropy − bound (mnat/token)")
+    ax.set_title(f"The exact price of label smoothing on the city language (V = {r['V']})", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    common.save_figure(fig, "05_label_smoothing", figures_dir)
+
+
+# ---- Part 3 · §7.5 the learning-rate formula -------------------------------------------------------
+def lr_schedule(d_model: int = 512, warmup: int = 4000, last: int = 200_000) -> dict:
+    """tf.noam_lr: peak, value at 100k, the d = 1024 ratio, the argmax over steps, exercise 7, step 0."""
+    steps = np.arange(1, last + 1)
+    lr = tf.noam_lr(steps, d_model, warmup)
+    peak = tf.noam_lr(warmup, d_model, warmup)
+    step_zero = {}
+    try:
+        d_model ** -0.5 * min(0 ** -0.5, 0 * warmup ** -1.5)          # the formula typed as Python floats
+    except ZeroDivisionError as error:
+        step_zero["python"] = f"ZeroDivisionError: {error}"
+    with np.errstate(divide="ignore"):
+        step_zero["numpy"] = float(d_model ** -0.5 * np.minimum(np.float64(0) ** -0.5, 0 * warmup ** -1.5))
+    try:
+        tf.noam_lr(0, d_model, warmup)
+    except ValueError as error:
+        step_zero["noam_lr"] = f"ValueError: {str(error).split(';')[0]}"
+    # torch's LambdaLR evaluates the factor at step 0 when it is built, before the first update
+    opt = torch.optim.Adam([torch.zeros(1, requires_grad=True)], lr=1.0)
+    try:
+        torch.optim.lr_scheduler.LambdaLR(opt, lambda s: d_model ** -0.5 * min(s ** -0.5, s * warmup ** -1.5))
+    except ZeroDivisionError as error:
+        step_zero["lambda_lr"] = f"ZeroDivisionError: {error}"
+    schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: tf.noam_lr(s + 1, d_model, warmup))
+    first_lrs = []
+    for _ in range(3):
+        first_lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        schedule.step()
+    return dict(d_model=d_model, warmup=warmup, steps=steps, lr=lr, peak=peak,
+                argmax=int(steps[np.argmax(lr)]), at_100k=tf.noam_lr(100_000, d_model, warmup),
+                peak_1024=tf.noam_lr(warmup, 1024, warmup), ratio_1024=peak / tf.noam_lr(warmup, 1024, warmup),
+                lr_1024=tf.noam_lr(steps, 1024, warmup),
+                ex7={s: tf.noam_lr(s, d_model, warmup) for s in (2000, 16000)},
+                ex7_parts=dict(d_factor=d_model ** -0.5, warmup_factor=warmup ** 1.5, rsqrt_16000=16000 ** -0.5),
+                step_one=tf.noam_lr(1, d_model, warmup), step_zero=step_zero, first_lrs=first_lrs)
+
+
+def show_lr_schedule(args):
+    r = lr_schedule()
+    d, w = r["d_model"], r["warmup"]
+    common.header(3, "§7.5", f"The paper's learning rate: d^−0.5 · min(step^−0.5, step · warmup^−1.5), "
+                             f"d = {d}, warmup = {w}")
+    ex7, parts = r["ex7"], r["ex7_parts"]
+    common.table([["peak, at step warmup", f"{d}^−0.5 · {w}^−0.5", sci(r["peak"])],
+                  [f"argmax over steps 1..{len(r['steps']):,}", "", f"{r['argmax']:,}"],
+                  ["step 100k", f"{d}^−0.5 · 100000^−0.5", sci(r["at_100k"])],
+                  ["peak at d = 1024", "1024^−0.5 · 4000^−0.5", sci(r["peak_1024"])],
+                  ["peak d = 512 / peak d = 1024", "√(1024/512)", f"{r['ratio_1024']:.6f}"],
+                  ["exercise 7: step 2000 (rising)", f"{parts['d_factor']:.4f} × 2000 / {parts['warmup_factor']:,.0f}",
+                   sci(ex7[2000])],
+                  ["exercise 7: step 16000 (falling)", f"{parts['d_factor']:.4f} × {parts['rsqrt_16000']:.5f}",
+                   sci(ex7[16000])],
+                  ["both / peak", "2000/4000 = √(4000/16000)", f"{ex7[2000] / r['peak']:.4f}, "
+                                                                f"{ex7[16000] / r['peak']:.4f}"]],
+                 ["", "formula", "lr"], disable_numparse=True)
+    z = r["step_zero"]
+    common.note(f"\nStep 0 is not in the formula's domain (step^−0.5 = 1/√0):\n"
+                f"  Python floats:          {z['python']}\n"
+                f"  numpy:                  min(inf, 0) = {z['numpy']}: a wasted first update (and a RuntimeWarning)\n"
+                f"  torch LambdaLR(formula) {z['lambda_lr']} (it evaluates step 0 when built)\n"
+                f"  tf.noam_lr(0)           {z['noam_lr']}\n"
+                f"Counting updates from 1, the first lr is peak/{w} = {sci(r['step_one'], 3)}, not 0; "
+                f"LambdaLR(lambda s: noam_lr(s + 1)) gives {', '.join(sci(x, 3) for x in r['first_lrs'])} "
+                "for the first three updates.")
+    draw_lr_schedule(r, args.figures)
+
+
+def draw_lr_schedule(r, figures_dir):
+    import matplotlib.pyplot as plt
+    show = r["steps"] <= 100_000
+    steps = r["steps"][show]
+    fig, ax = plt.subplots(figsize=(6.4, 3.6))
+    ax.plot(steps, r["lr"][show], label=f"d = {r['d_model']}")
+    ax.plot(steps, r["lr_1024"][show], label="d = 1024 (peak √2 lower)")
+    ax.plot([r["argmax"]], [r["peak"]], "ko", ms=4)
+    ax.annotate(f"peak {sci(r['peak'])} at step {r['argmax']:,}", (r["argmax"], r["peak"]),
+                xytext=(12, -2), textcoords="offset points", fontsize=8)
+    for s, lr in r["ex7"].items():
+        ax.plot([s], [lr], "s", color="tab:green", ms=4)
+    ax.annotate(f"steps 2,000 and 16,000: {sci(r['ex7'][2000])} (half the peak)", (16000, r["ex7"][16000]),
+                xytext=(8, 6), textcoords="offset points", fontsize=8, color="tab:green")
+    ax.plot([100_000], [r["at_100k"]], "ko", ms=3)
+    ax.annotate(f"{sci(r['at_100k'])} at 100k", (100_000, r["at_100k"]), xytext=(-70, 10),
+                textcoords="offset points", fontsize=8)
+    ax.axvline(r["warmup"], color="grey", lw=0.8, ls=":")
+    ax.set_xlabel("step")
+    ax.set_ylabel("learning rate")
+    ax.set_title(f"d^−0.5 · min(step^−0.5, step · warmup^−1.5), warmup = {r['warmup']}", fontsize=10)
+    ax.ticklabel_format(axis="y", style="sci", scilimits=(0, 0))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    common.save_figure(fig, "05_lr_schedule", figures_dir)
+
+
+# ---- Part 4 · §7.5 Adam's first step ---------------------------------------------------------------
+def adam_first_step(gradients=tuple((-1) ** i * 10.0 ** e for i, e in enumerate(range(-6, 4))),
+                    lr: float = 1e-3, betas=(0.9, 0.98), epsilons=(1e-9, 1e-8)) -> dict:
+    """One Adam step from θ = 0 on one parameter per gradient value, with torch.optim.Adam and with
+    transformer.Adam: update/lr against |g|/(|g| + ε), and SGD's update/lr = g for contrast."""
+    g = np.array(gradients, dtype=np.float64)
+    rows = {"gradient": g, "sgd": g.copy()}
+    for eps in epsilons:
+        theta = torch.zeros(len(g), dtype=torch.float64, requires_grad=True)
+        optimizer = torch.optim.Adam([theta], lr=lr, betas=betas, eps=eps)
+        theta.grad = torch.from_numpy(g.copy())
+        optimizer.step()
+        ours = tf.Parameter(np.zeros(len(g)))
+        ours.grad = g.copy()
+        tf.Adam([ours], lr=lr, betas=betas, eps=eps).step()
+        rows[eps] = dict(torch=-theta.detach().numpy() / lr, ours=-ours.data / lr, formula=g / (np.abs(g) + eps))
+    return dict(lr=lr, betas=betas, epsilons=epsilons, rows=rows)
+
+
+def show_adam_first_step(args):
+    r = adam_first_step()
+    rows, (e1, e2) = r["rows"], r["epsilons"]
+    common.header(4, "§7.5", f"Adam's first step: update ≈ lr · sign(g), lr = {sci(r['lr'], 0)}, "
+                             f"β = {r['betas']}")
+    common.note("Bias correction makes m̂ = g and v̂ = g² after one step, so the update is lr · g/(|g| + ε):")
+    common.table([[sci(g, 0), sci(g, 0), *(f"{rows[e][k][i]:+.6f}" for e in (e1, e2) for k in ("torch", "ours")),
+                   f"{rows[e1]['formula'][i]:+.6f}", f"{rows[e2]['formula'][i]:+.6f}"]
+                  for i, g in enumerate(rows["gradient"])],
+                 ["gradient g", "SGD update/lr", f"Adam ε={sci(e1, 0)}: torch", "ours",
+                  f"ε={sci(e2, 0)} (torch default): torch", "ours", f"g/(|g|+{sci(e1, 0)})", f"g/(|g|+{sci(e2, 0)})"],
+                 disable_numparse=True)
+    worst = max(float(np.abs(rows[e][k] - rows[e]["formula"]).max()) for e in (e1, e2) for k in ("torch", "ours"))
+    common.note(f"max |measured − formula| {worst:.1e}. Nine orders of magnitude of gradient, one step size: "
+                "every parameter moves by about lr at once,\nwhatever its gradient. Only when |g| nears ε does "
+                "the step shrink. Warmup keeps these first full-size steps small.")
+
+
+# ---- Part 5 · §7.6 checkpoint averaging -------------------------------------------------------------
+def checkpoint_averaging(seed: int = 0, n_layers: int = 1, n_embd: int = 64, n_head: int = 4, steps: int = 400,
+                         lr: float = 3e-3, checkpoint_every: int = 50, ks=(2, 3, 4, None), decayed: bool = True,
+                         workers: int = 2, progress: str | None = None) -> dict:
+    """A Pre-LN DecoderLM on the city language at a CONSTANT lr, a checkpoint every `checkpoint_every`
+    steps; the test excess of the last checkpoint, of the average of the last k (None: all of them), and
+    of the same run with the lr decaying linearly to 0 (decayed=True; trained in a second worker)."""
+    run = dict(n_layers=n_layers, n_embd=n_embd, n_head=n_head, seed=seed, steps=steps, lr=lr,
+               eval_every=checkpoint_every)   # the test excess at every checkpoint comes with the curve
+    configs = [dict(run, checkpoint_every=checkpoint_every)] + ([dict(run, schedule="linear")] if decayed else [])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # forked workers inherit it: a fork that enters OpenMP after its parent did can hang
+    try:
+        results = city_lab.train_many(configs, workers=workers, progress=progress)
+    finally:
+        torch.set_num_threads(threads)
+    constant = results[0]
+    excess_at = {step: test for step, _, test in constant.curve}
+    checkpoints = [(step, excess_at[step]) for step, _ in constant.checkpoints]
+    model = city_lab.build_model(n_layers, n_embd, n_head, seed=seed)
+    averaged = {}
+    for k in ks:
+        k = k or len(constant.checkpoints)
+        model.load_state_dict(city_lab.average_state_dicts([sd for _, sd in constant.checkpoints[-k:]]))
+        averaged[k] = city_lab.evaluate(model)
+    return dict(seed=seed, n_layers=n_layers, n_embd=n_embd, n_head=n_head, steps=steps, lr=lr,
+                checkpoint_every=checkpoint_every, checkpoints=checkpoints, last=checkpoints[-1][1],
+                averaged=averaged, constant_curve=[(s, t) for s, _, t in constant.curve],
+                decayed=results[1].final_excess if decayed else None,
+                decayed_curve=[(s, t) for s, _, t in results[1].curve] if decayed else None)
+
+
+def show_checkpoint_averaging(args):
+    with common.stopwatch() as elapsed:
+        r = checkpoint_averaging(seed=args.seed, progress="part 5",   # --quick: 8 checkpoints in half the steps
+                                 **(dict(steps=200, checkpoint_every=25) if args.quick else {}))
+    steps, every, n = r["steps"], r["checkpoint_every"], len(r["checkpoints"])
+    common.header(5, "§7.6", f"Checkpoint averaging at a constant lr of {r['lr']:g}")
+    common.note(f"A {r['n_layers']}-layer Pre-LN DecoderLM (d = {r['n_embd']}, h = {r['n_head']}, Adam, batch 8 × 32, "
+                f"fresh data every step) on the city language, {steps} steps,\na checkpoint every {every} steps. "
+                "Test excess over the exact bound in mnat/token:")
+    common.table([[step, f"{excess:.0f}"] for step, excess in r["checkpoints"]],
+                 ["checkpoint (step)", "test excess"], disable_numparse=True)
+    last = r["last"]
+    rows = [[f"last checkpoint (step {steps})", f"{last:.0f}", ""]]
+    for k, excess in r["averaged"].items():
+        first = r["checkpoints"][-k][0]
+        what = f"all {k} checkpoints" if k == n else f"average of the last {k}"
+        rows.append([f"{what} (steps {first}-{steps})", f"{excess:.0f}", f"{excess - last:+.0f}"])
+    if r["decayed"] is not None:
+        rows.append([f"lr decaying linearly to 0, step {steps}", f"{r['decayed']:.0f}", f"{r['decayed'] - last:+.0f}"])
+    common.table(rows, ["model", "test excess", "vs last"], disable_numparse=True)
+    few = {k: v - last for k, v in r["averaged"].items() if k < n}
+    decay = f"; the decaying lr: {r['decayed'] - last:+.0f}" if r["decayed"] is not None else ""
+    common.note(f"Against the last checkpoint, the averages of the last {min(few)}-{max(few)}: "
+                f"{min(few.values()):+.0f} to {max(few.values()):+.0f} mnat/token{decay}.\n"
+                "At a constant lr the weights keep being pulled around by the latest batches; averaging the last few "
+                "checkpoints\ncancels that jitter, at no training cost. Averaging from early in training drags in "
+                "weights that were still poor.")
+    runs = 1 + (r["decayed"] is not None)
+    common.timing(f"part 5: {runs} run{'s' * (runs > 1)} in {runs} worker process{'es' * (runs > 1)}, "
+                  f"{elapsed():.1f} s")
+    draw_checkpoint_averaging(r, args.figures)
+
+
+def draw_checkpoint_averaging(r, figures_dir):
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    ax.plot(*zip(*r["constant_curve"][1:]), "o-", ms=4, color="tab:blue",
+            label=f"constant lr {r['lr']:g}: the checkpoints")
+    if r["decayed_curve"] is not None:
+        ax.plot(*zip(*r["decayed_curve"][1:]), "s--", ms=3, color="tab:green", label="lr decaying linearly to 0")
+    n, steps = len(r["checkpoints"]), [s for s, _ in r["checkpoints"]]
+    for (k, excess), color in zip(r["averaged"].items(), ("tab:orange", "tab:red", "tab:purple", "tab:brown")):
+        label = f"average of all {k}" if k == n else f"average of the last {k}"
+        ax.plot([steps[-k], steps[-1]], [excess, excess], "|-", color=color, ms=8, lw=2, zorder=3 + n - k,
+                label=f"{label}: {excess:.0f}")   # shorter bars on top: they may share a height
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(ScalarFormatter())
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.set_yticks([t for t in (25, 50, 100, 200, 400, 800) if t < 1.2 * max(e for _, e in r["checkpoints"])])
+    ax.set_xlabel("step")
+    ax.set_ylabel("test excess over the bound (mnat/token)")
+    ax.set_title("Averaging the last checkpoints of a constant-lr run (city language)\n"
+                 "each bar spans the checkpoints it averages", fontsize=10)
+    ax.grid(alpha=0.3, which="major")
+    ax.legend(fontsize=8)
+    common.save_figure(fig, "05_checkpoint_averaging", figures_dir)
+
+
+PARTS = {1: show_teacher_forcing, 2: show_label_smoothing, 3: show_lr_schedule, 4: show_adam_first_step,
+         5: show_checkpoint_averaging}
+
+if __name__ == "__main__":
+    common.fix_threads(1)
+    common.main(__doc__, PARTS)

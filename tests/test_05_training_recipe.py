@@ -1,0 +1,196 @@
+"""Tests for code/lecture06/05_training_recipe.py: every CLAIMS.md row of notes §7.1, §7.3, §7.5, §7.6,
+S11-b and exercises 7-9, asserted as CLAIMS.md's last column suggests (exact where the setup fixes them)."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import load_script
+
+import city_lab
+import transformer as tf
+
+m = load_script("05_training_recipe")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_torch_thread():
+    """As the script runs (common.fix_threads): small ops on a shared 2-core machine are fastest on one thread."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+# ---- Part 1 · §7.1 teacher forcing (S7.1-a, S7.1-b) -----------------------------------------------
+def test_teacher_forcing_one_pass_equals_one_pass_per_prefix():
+    r = m.teacher_forcing()
+    assert r["targets"] == "I like singing and dancing . <eos>".split()
+    assert r["inputs"] == "<bos> I like singing and dancing .".split()
+    assert r["forwards"] == (1, 7)                                 # S7.1-b
+    assert r["max_diff"] <= 1e-12                                  # S7.1-a: rounding level
+    assert r["one_pass"].shape == r["per_prefix"].shape == (7, len(r["vocab"]))
+    np.testing.assert_allclose(np.exp(r["one_pass"]).sum(axis=1), 1.0, rtol=1e-12)
+    assert r["positions"] == (7, 28)
+    assert r["ops"][1] == 7 * r["ops"][0] and r["matmuls"][1] == 7 * r["matmuls"][0]
+    assert r["loss"] == pytest.approx(-r["target_log_probs"].mean(), rel=1e-12)
+
+
+def test_teacher_forcing_needs_the_causal_mask():
+    """Without the mask, position t sees the answer: the one-pass numbers would then differ."""
+    r = m.teacher_forcing(seed=3)
+    tf.set_seed(3)
+    model = tf.DecoderLM(len(r["vocab"]), 16, 2, n_positions=7, n_layers=2, causal=False).eval()
+    ids = np.array([[r["vocab"].index(w) for w in r["inputs"]]])
+    with tf.no_grad():
+        full = model(ids).data[0, 0]
+        first = model(ids[:, :1]).data[0, 0]
+    assert np.abs(full - first).max() > 1e-3
+
+
+# ---- Part 2 · §7.3 label smoothing (S7.3-a..e, Ex8, S11-b) ---------------------------------------
+def test_optimal_gap_12_72():
+    g = m.optimal_gap()
+    slides, torch_conv = g["rows"]
+    assert slides["convention"] == "slides" and torch_conv["convention"] == "torch"
+    assert slides["gap_formula"] == pytest.approx(math.log(0.9 * 36999 / 0.1), rel=1e-12)
+    assert slides["gap_formula"] == pytest.approx(12.72, abs=5e-3)                        # S7.3-a
+    assert torch_conv["gap_formula"] == pytest.approx(math.log(1 + 0.9 * 37000 / 0.1), rel=1e-12)
+    assert torch_conv["gap_formula"] == pytest.approx(12.72, abs=5e-3)
+    assert slides["softmax_at_gap"] == pytest.approx(0.9, abs=1e-12)
+    assert torch_conv["softmax_at_gap"] == pytest.approx(0.9 + 0.1 / 37000, abs=1e-12)
+    for row in g["rows"]:   # minimising the loss numerically lands on the formula, others all equal
+        assert row["gap_lbfgs"] == pytest.approx(row["gap_formula"], abs=1e-4)
+        assert row["others_spread"] < 1e-6
+
+
+def test_two_conventions_at_v10():
+    c = m.conventions()
+    expected_torch = np.full(10, 0.01)
+    expected_torch[3] = 0.91
+    expected_slides = np.full(10, 0.1 / 9)
+    expected_slides[3] = 0.9
+    np.testing.assert_allclose(c["p_torch_measured"], expected_torch, atol=1e-12)       # S7.3-b, Ex8
+    np.testing.assert_allclose(c["p_torch"], expected_torch, atol=1e-15)
+    np.testing.assert_allclose(c["p_slides"], expected_slides, atol=1e-15)
+    assert c["diff_correct"] == pytest.approx(0.010, abs=1e-12)                           # S7.3-c
+    assert c["diff_other"] == pytest.approx(0.1 / 9 - 0.01, abs=1e-12)
+    assert c["torch_grad_error"] <= 1e-12 and c["slides_grad_error"] <= 1e-12
+    with pytest.raises(ValueError, match="convention"):
+        m.smoothed_targets(10, 0.1, 3, "tensorflow")
+
+
+@pytest.mark.parametrize("convention", ["torch", "slides"])
+def test_smoothed_optimum_is_the_expected_target(convention):
+    """S7.3-d: the smoothed loss's optimum is the smoothed target averaged over the true p, checked at
+    test positions by summing the targets of every possible next token (no formula reused)."""
+    p = city_lab.test_set().p_true[:4].reshape(-1, city_lab.V)      # 128 positions
+    eps = 0.1
+    brute = np.stack([sum(pv[y] * m.smoothed_targets(city_lab.V, eps, y, convention)
+                          for y in np.flatnonzero(pv)) for pv in p])
+    np.testing.assert_allclose(m.smoothed_optimum(p, eps, convention), brute, atol=1e-15)
+
+
+@pytest.fixture(scope="module")
+def cost():
+    return m.smoothing_cost()
+
+
+def test_label_smoothing_cost_on_the_city_language(cost):
+    test = city_lab.test_set()
+    V, n = city_lab.V, test.y.size
+    assert cost["positions"] == n and cost["bound"] == pytest.approx(city_lab.lower_bound(), rel=1e-15)
+    for row in cost["rows"]:
+        eps = row["eps"]
+        for convention, other in (("torch", eps / V), ("slides", None)):
+            q_y = ((1 - eps) * test.p_y + eps / V if convention == "torch"
+                   else (1 - eps) * test.p_y + eps * (1 - test.p_y) / (V - 1))
+            exact = 1000 * float(np.mean(-np.log(q_y)) - np.mean(-np.log(test.p_y)))
+            c = row[convention]
+            assert c["cost"] == pytest.approx(exact, rel=1e-9)
+            assert 0 < c["cost"] <= row["ceiling"]                                     # S11-b bound
+            assert 0 < c["kl"] <= row["ceiling"]
+            assert c["argmax_unchanged"] == n                                           # S7.3-e
+            assert c["perplexity"] == pytest.approx(math.exp(c["cross_entropy"]), rel=1e-12)
+        assert row["ceiling"] == pytest.approx(-1000 * math.log(1 - eps), rel=1e-12)
+    at_01 = next(row for row in cost["rows"] if row["eps"] == 0.1)
+    assert at_01["ceiling"] == pytest.approx(105.36, abs=5e-3)
+    assert 90 <= at_01["torch"]["cost"] <= 105.36                  # S11-b: "about 100 mnat"
+    costs = [row["torch"]["cost"] for row in cost["rows"]]
+    assert costs == sorted(costs)                                  # a larger ε costs more
+
+
+def test_label_smoothing_curve_matches_the_table(cost):
+    for row in cost["rows"]:
+        i = int(np.argmin(np.abs(cost["grid"] - row["eps"])))
+        if abs(cost["grid"][i] - row["eps"]) < 1e-12:
+            for convention in ("torch", "slides"):
+                assert cost["curve"][convention][i] == pytest.approx(row[convention]["cost"], rel=1e-9)
+    assert cost["curve"]["torch"][0] == 0.0
+
+
+# ---- Part 3 · §7.5 the learning-rate formula (S7.5-b..e, Ex7) --------------------------------------
+def test_lr_schedule():
+    r = m.lr_schedule()
+    assert r["peak"] == pytest.approx(512 ** -0.5 * 4000 ** -0.5, rel=1e-12)
+    assert f"{r['peak']:.2e}" == "6.99e-04"                         # S7.5-b, to the notes' digits
+    assert f"{r['at_100k']:.2e}" == "1.40e-04"                      # S7.5-c (1.3975e-4)
+    assert r["ratio_1024"] == pytest.approx(math.sqrt(2), rel=1e-9)                      # S7.5-d
+    assert r["argmax"] == 4000                                                           # S7.5-e
+    assert f"{r['ex7'][2000]:.2e}" == f"{r['ex7'][16000]:.2e}" == "3.49e-04"             # Ex7
+    assert r["ex7"][2000] / r["peak"] == pytest.approx(0.5, rel=1e-12)
+    assert r["ex7"][16000] / r["peak"] == pytest.approx(0.5, rel=1e-12)
+    assert r["ex7_parts"]["d_factor"] == pytest.approx(0.0442, abs=5e-5)
+    assert r["ex7_parts"]["warmup_factor"] == pytest.approx(252982, abs=0.5)
+    assert r["ex7_parts"]["rsqrt_16000"] == pytest.approx(0.00791, abs=5e-6)
+    assert r["step_one"] == pytest.approx(r["peak"] / 4000, rel=1e-12)
+    np.testing.assert_allclose(r["first_lrs"], [tf.noam_lr(s) for s in (1, 2, 3)], rtol=1e-12)
+    assert r["step_zero"]["numpy"] == 0.0
+    assert r["step_zero"]["python"].startswith("ZeroDivisionError")
+    assert r["step_zero"]["lambda_lr"].startswith("ZeroDivisionError")
+    assert m.sci(r["peak"]) == "6.99e-4" and m.sci(r["at_100k"]) == "1.40e-4"
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, np.array([0, 1])])
+def test_noam_lr_rejects_steps_outside_its_domain(bad):
+    with pytest.raises(ValueError, match="step must be an integer >= 1"):
+        tf.noam_lr(bad)
+
+
+# ---- Part 4 · §7.5 Adam's first step (S7.5-f, Ex9) -------------------------------------------------
+def test_adam_first_step_is_lr_times_sign():
+    r = m.adam_first_step()
+    g = r["rows"]["gradient"]
+    assert np.abs(g).min() == pytest.approx(1e-6) and np.abs(g).max() == pytest.approx(1e3)
+    for eps in r["epsilons"]:
+        expected = g / (np.abs(g) + eps)
+        for impl in ("torch", "ours"):
+            np.testing.assert_allclose(r["rows"][eps][impl], expected, rtol=1e-9)
+    np.testing.assert_allclose(r["rows"][1e-9]["torch"], np.sign(g), rtol=1e-2)          # |g| >= 1e-6
+    assert r["rows"][1e-9]["torch"][0] == pytest.approx(0.999001, abs=1e-6)
+    assert r["rows"][1e-8]["torch"][0] == pytest.approx(0.990099, abs=1e-6)
+    np.testing.assert_array_equal(r["rows"]["sgd"], g)   # SGD's step spans the 9 orders of magnitude
+
+
+# ---- Part 5 · §7.6 checkpoint averaging (S7.6-b), reduced: the constant-lr run only, in this process --
+@pytest.fixture(scope="module")
+def averaging():
+    return m.checkpoint_averaging(seed=0, decayed=False, workers=1)
+
+
+def test_averaging_the_last_checkpoints_beats_the_last(averaging):
+    r = averaging
+    assert [s for s, _ in r["checkpoints"]] == list(range(50, 401, 50))
+    assert r["last"] == r["checkpoints"][-1][1]
+    assert r["averaged"][2] < r["last"]                             # S7.6-b
+    assert min(r["averaged"][k] for k in (2, 3, 4)) < r["last"] - 5
+    assert r["averaged"][8] > r["averaged"][2]                      # early checkpoints drag the average back
+
+
+def test_figures_are_written(tmp_path, averaging, cost):
+    m.draw_smoothing_cost(cost, str(tmp_path))
+    m.draw_lr_schedule(m.lr_schedule(), str(tmp_path))
+    m.draw_checkpoint_averaging(averaging, str(tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["05_checkpoint_averaging.png", "05_label_smoothing.png",
+                                                          "05_lr_schedule.png"]
