@@ -74,6 +74,16 @@ def test_ex7_learning_rate_at_2000_and_16000():
     assert 16000 ** -0.5 == pytest.approx(0.00791, abs=5e-6)
 
 
+def test_ex8_smoothed_targets_v10():
+    recipe = load_script("05_training_recipe")
+    slides = recipe.smoothed_targets(V=10, eps=0.1, correct=3, convention="slides")
+    torch_style = recipe.smoothed_targets(V=10, eps=0.1, correct=3, convention="torch")
+    assert slides[3] == pytest.approx(0.9, abs=1e-12) and torch_style[3] == pytest.approx(0.91, abs=1e-12)
+    others = np.arange(10) != 3
+    assert np.allclose(slides[others], 0.1 / 9, rtol=0, atol=1e-12) and round(slides[0], 4) == 0.0111
+    assert np.allclose(torch_style[others], 0.01, rtol=0, atol=1e-12)
+
+
 def test_ex9_adam_first_step_is_lr_times_sign():
     lr = 1e-3
     for g in (1e-6, 1e-3, 1.0, 1e3):
