@@ -4,7 +4,9 @@ Serves notes §7.1 (teacher forcing, part 1), §7.3 (label smoothing and its exa
 language, part 2), §7.5 (the learning-rate formula, part 3; Adam's first step, part 4) and §7.6
 (checkpoint averaging on the city language, part 5), and exercises 7-9. Part 1 runs transformer.py
 (lecture 5's tensor.py); parts 2 and 4 check PyTorch's conventions; part 5 trains PyTorch twins with
-city_lab.py's harness in two worker processes. Runtime: about 12 s on a 2-core CPU (`--quick`: about 6 s).
+city_lab.py's harness in two worker processes. Runtime: about 6 s of CPU time in this process (most
+of it importing torch) plus two 4 s training runs side by side in worker processes, i.e. about 10 s on an
+idle 2-core machine (`--quick`: about 6 s).
 
     python code/lecture06/05_training_recipe.py [--part N] [--seed S] [--quick] [--no-figures]
 """
