@@ -206,7 +206,9 @@ def show_label_smoothing(args):
                    f"{row['softmax_at_gap']:.7f}"] for row in g["rows"]],
                  ["convention", "p correct", "p other", "gap: formula", "gap: LBFGS on all V logits",
                   "spread of others", "softmax at the gap"], disable_numparse=True)
-    common.note("slides: log((1−ε)(V−1)/ε); PyTorch: log(1 + (1−ε)V/ε). Without smoothing the gap must go to ∞.")
+    gaps = " and ".join(f"{row['gap_formula']:.2f}" for row in g["rows"])
+    common.note(f"slides: log((1−ε)(V−1)/ε); PyTorch: log(1 + (1−ε)V/ε); to two decimals {gaps}. "
+                "Without smoothing the gap must go to ∞.")
 
     c = conventions()
     k = c["correct"]
