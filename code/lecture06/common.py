@@ -55,6 +55,19 @@ def fix_threads(n: int = 1):
     torch.set_num_threads(n)
 
 
+@contextmanager
+def torch_threads(n: int = 1):
+    """fix_threads(n) inside a `with` block only; the caller's thread count comes back afterwards.
+    Small tensors on a loaded machine run far faster on one thread than on two that wait for each other."""
+    import torch
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def header(part: int, section: str, title: str):
     print(f"\nPart {part} · {section} {title}")
     print("─" * (len(section) + len(title) + 10))
