@@ -73,6 +73,8 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+import common
+
 # ----------------------------------------------------------------------------------------------------
 # Vocabulary
 # ----------------------------------------------------------------------------------------------------
@@ -535,7 +537,7 @@ def evaluate(model) -> float:
     import torch
     was_training = model.training
     model.eval()
-    with torch.no_grad():
+    with torch.no_grad(), common.torch_threads(1):
         log_probs = torch.log_softmax(model(_test_inputs()).double(), dim=-1)  # (N_TEST, SEQ_LEN, V)
     model.train(was_training)
     if not torch.isfinite(log_probs).all():
@@ -566,11 +568,9 @@ def train(model, steps: int = 400, lr: float = 1e-3, warmup: int = 0, schedule: 
     if steps < 1 or not 0 <= warmup <= steps or eval_every < 1 or lr <= 0:
         raise ValueError(f"need steps >= 1, 0 <= warmup <= steps, eval_every >= 1 and lr > 0; got "
                          f"steps={steps}, warmup={warmup}, eval_every={eval_every}, lr={lr}")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the bits of a run must not depend on the machine's core count
-    try:
+    with common.torch_threads(1):  # the bits of a run must not depend on the machine's core count
         model.train()
-        optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+        optimizer = torch.optim.Adam(model.parameters(), lr=lr, foreach=True)  # one op per kind, not per tensor
         batches = training_batches(seed, batch_size)
         test_excess = evaluate(model)
         curve, train_excess, checkpoints, since_eval = [(0, None, test_excess)], [], [], []
@@ -600,8 +600,6 @@ def train(model, steps: int = 400, lr: float = 1e-3, warmup: int = 0, schedule: 
                 _status(f"{progress}: step {done}/{steps}, batch excess {excess:+.0f} mnat/token")
         if progress is not None:
             _status("")
-    finally:
-        torch.set_num_threads(threads)
     final = curve[-1][2]
     return TrainResult(final_excess=final, best_excess=min(c[2] for c in curve), curve=curve,
                        train_excess=train_excess, checkpoints=checkpoints)
