@@ -75,11 +75,11 @@ def gradient_gain(depths=(1, 2, 4, 8, 16, 32, 64), width: int = 256, batch: int 
 
 
 def show_gradient_gain(args):
-    r = gradient_gain(seeds=tuple(args.seed + i for i in range(3)))
+    r = gradient_gain(seeds=(args.seed,) if args.quick else tuple(args.seed + i for i in range(3)))
     common.header(1, "§5.2", "Residuals: letting the gradient take the straight road")
     common.note(f"L × (Linear {r['width']}→{r['width']} + ReLU), PyTorch's default init U(±1/√{r['width']}), "
                 f"input N(0, 1) of batch {r['batch']}; gain = ‖∂/∂input‖ / ‖∂/∂output‖; "
-                f"means over seeds {r['seeds']}")
+                f"mean over seed(s) {r['seeds']}")
     rows = [[L, r["gain"]["no residual"][i], r["theory_no_residual"][i], r["gain"]["residual"][i],
              r["gain"]["residual + LN"][i], r["std"]["no residual"][i], r["std"]["residual"][i],
              r["std"]["residual + LN"][i]] for i, L in enumerate(r["depths"])]
@@ -242,7 +242,7 @@ def training_stability(runs=RUNS, steps: int = 400, eval_every: int = 50, n_laye
     city_lab.TrainResult with its settings, and the unigram/bigram levels for comparison.
 
     init="xavier" (the original Transformer's) makes every branch start about as large as the
-    residual stream; with "gpt2" or "default" the early failure of Post-LN does not show (README).
+    residual stream; with "gpt2" or "default" the early failure of Post-LN did not show (README).
     """
     configs = [dict(n_layers=n_layers, n_embd=n_embd, n_head=n_head, pre_ln=(placement == "Pre-LN"), init=init,
                     seed=seed, lr=lr, warmup=warmup, steps=steps, batch_size=batch_size, eval_every=eval_every)
@@ -257,20 +257,27 @@ def show_training_stability(args):
     with common.stopwatch() as elapsed:
         r = training_stability(**(QUICK if args.quick else FULL), seed=args.seed, progress="part 4")
     common.header(4, "§5.4", "Post-LN vs Pre-LN: training with and without warmup")
-    common.note(f"{r['n_layers']}-layer DecoderLM, d = {r['n_embd']}, h = {r['n_head']}, Xavier init, no dropout; "
+    common.note(f"{r['n_layers']}-layer DecoderLM, d = {r['n_embd']}, h = {r['n_head']}, {r['init']} init, no dropout; "
                 f"Adam, batch {r['batch_size']} × {city_lab.SEQ_LEN}, {r['steps']} steps, lr constant after the "
                 f"warmup; seed {r['seed']}")
     common.note(f"test cross-entropy minus the exact bound ({city_lab.lower_bound():.4f} nats/token), in mnat/token; "
                 f"for scale: unigram model {r['baselines']['unigram']:+.0f}, bigram model {r['baselines']['bigram']:+.0f}")
     steps = [step for step, _, _ in r["runs"][0]["result"].curve[1:]]
     rows = [[run["placement"], run["lr"], run["warmup"], *[c[2] for c in run["result"].curve[1:]],
-             run["result"].best_excess] for run in r["runs"]]
-    common.table(rows, ["", "lr", "warmup", *[f"step {s}" for s in steps], "best"],
-                 floatfmt=("", "g", "d") + (".0f",) * (len(steps) + 1))
+             run["result"].best_excess, rises(run["result"])] for run in r["runs"]]
+    common.table(rows, ["", "lr", "warmup", *[f"step {s}" for s in steps], "best", "rises"],
+                 floatfmt=("", "g", "d") + (".0f",) * (len(steps) + 1) + ("d",))
+    common.note("rises: how many times the test excess went up from one evaluation to the next")
     for line in stability_summary(r):
         common.note(line)
     common.timing(f"part 4: {len(r['runs'])} runs on 2 worker processes in {elapsed():.1f} s")
     draw_training_curves(r, args.figures)
+
+
+def rises(result) -> int:
+    """How many times the test excess went up between consecutive evaluations after training began."""
+    test = [c[2] for c in result.curve[1:]]
+    return sum(b > a for a, b in zip(test, test[1:]))
 
 
 def stability_summary(r) -> list[str]:
@@ -284,15 +291,13 @@ def stability_summary(r) -> list[str]:
     if failed and pre:
         ratio = failed.final_excess / unigram
         lines.append(f"lr {LARGE_LR:g} without warmup: Post-LN ends at {failed.final_excess:.0f}, {ratio:.2f}× the "
-                     f"unigram model's excess{' (it has learned the token frequencies and nothing else)' if ratio > 0.9 else ''}; "
+                     f"unigram model's excess{' (no better than ignoring the context)' if ratio > 0.9 else ''}; "
                      f"Pre-LN at {pre.final_excess:.0f}.")
     for (placement, lr, warmup), res in runs.items():
         if lr == LARGE_LR and warmup and placement == "Post-LN":
             best_step = min(res.curve, key=lambda c: c[2])[0]
-            rises = sum(b[2] > a[2] for a, b in zip(res.curve[1:], res.curve[2:]))
-            lines.append(f"lr {lr:g} after {warmup} warmup steps: Post-LN's best is {res.best_excess:.0f} at step "
-                         f"{best_step}, it ends at {res.final_excess:.0f}; its test excess rose at {rises} of "
-                         f"{len(res.curve) - 2} evaluations.")
+            lines.append(f"lr {lr:g} after {warmup} warmup steps: Post-LN's best is {res.best_excess:.0f} "
+                         f"at step {best_step}, and it ends at {res.final_excess:.0f}.")
     return lines
 
 
