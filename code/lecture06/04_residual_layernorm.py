@@ -2,7 +2,9 @@
 
 Serves notes §5.2 (part 1), §5.3 (part 2) and §5.4 (parts 3 and 4). Parts 1-3 measure at initialisation;
 part 4 trains six 6-layer models on the city language (city_lab.py), two at a time in worker processes.
-Runtime: about 1 minute, almost all of it part 4 (`--quick`: about 10 s, shorter runs of part 4).
+Runtime: about 1 minute on 2 free cores. Part 4 needs about 100 s of CPU time, split over two worker
+processes; the whole script took 105 s while other jobs kept both cores busy. `--quick` (four runs of
+100 steps in part 4) used 27 s of CPU and 30 s under the same load.
 
     python code/lecture06/04_residual_layernorm.py [--part N] [--seed S] [--quick] [--no-figures]
 """
