@@ -623,7 +623,7 @@ def run(config: dict) -> TrainResult:
         raise ValueError(f"unknown run setting(s) {sorted(unknown)}; build_model takes {MODEL_KEYS}, "
                          f"train takes {list(inspect.signature(train).parameters)[1:]}")
     model = build_model(**{k: v for k, v in config.items() if k in MODEL_KEYS})
-    return train(model, **{k: v for k, v in config.items() if k not in MODEL_KEYS[:-1]})
+    return train(model, **{k: v for k, v in config.items() if k not in MODEL_KEYS or k == "seed"})
 
 
 def train_many(configs: list, workers: int = 2, progress: str | None = None) -> list:
