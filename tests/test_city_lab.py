@@ -384,3 +384,20 @@ def test_harness_bad_input_gets_a_clear_error():
         cl.run(dict(n_layer=2))
     with pytest.raises(ValueError, match="at least one"):
         cl.average_state_dicts([])
+
+
+def test_train_many_after_the_parent_used_several_threads_does_not_hang():
+    """A forked worker that went back to the parent's thread count hung in OpenMP sending its results home."""
+    import subprocess
+    import sys
+    from conftest import LECTURE06
+    program = ("import sys; sys.path.insert(0, %r)\n"
+               "import torch; torch.set_num_threads(2); a = torch.randn(256, 256)\n"
+               "for _ in range(10): a @ a\n"
+               "import city_lab\n"
+               "cfg = dict(n_layers=1, n_embd=16, n_head=2, steps=4, eval_every=2, checkpoint_every=2)\n"
+               "runs = city_lab.train_many([dict(cfg, seed=0), dict(cfg, seed=1)], workers=2)\n"
+               "print(len(runs))\n") % LECTURE06
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "2"

@@ -636,8 +636,12 @@ def train_many(configs: list, workers: int = 2, progress: str | None = None) -> 
     # fork starts a worker in a fraction of a second, spawn re-imports torch (seconds). Forking a process
     # that has used OpenMP threads is safe here because a run uses one thread: torch then never enters
     # an OpenMP parallel region. macOS and Windows cannot fork safely, so they spawn.
+    # Each worker starts on one thread: a run restores its caller's thread count when it ends, and a forked
+    # child that went back to the parent's count would hang in OpenMP while sending its results home.
+    import torch
     method = "fork" if sys.platform.startswith("linux") else "spawn"
-    with multiprocessing.get_context(method).Pool(min(workers, len(configs))) as pool:
+    with multiprocessing.get_context(method).Pool(min(workers, len(configs)), initializer=torch.set_num_threads,
+                                                  initargs=(1,)) as pool:
         pending = [pool.apply_async(run, (c,)) for c in configs]
         results = []
         for i, p in enumerate(pending):
