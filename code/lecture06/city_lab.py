@@ -570,7 +570,7 @@ def train(model, steps: int = 400, lr: float = 1e-3, warmup: int = 0, schedule: 
                          f"steps={steps}, warmup={warmup}, eval_every={eval_every}, lr={lr}")
     with common.torch_threads(1):  # the bits of a run must not depend on the machine's core count
         model.train()
-        optimizer = torch.optim.Adam(model.parameters(), lr=lr, foreach=True)  # one op per kind, not per tensor
+        optimizer = torch.optim.Adam(model.parameters(), lr=lr, fused=True)  # one kernel for all tensors
         batches = training_batches(seed, batch_size)
         test_excess = evaluate(model)
         curve, train_excess, checkpoints, since_eval = [(0, None, test_excess)], [], [], []

@@ -29,8 +29,7 @@ class Linear(nn.Module):
         self.bias = nn.Parameter(torch.empty(out_size, dtype=DTYPE).uniform_(-bound, bound)) if bias else None
 
     def forward(self, x):
-        y = x @ self.weights
-        return y + self.bias if self.bias is not None else y
+        return F.linear(x, self.weights.t(), self.bias)  # x @ weights + bias in one fused call
 
 
 class Embedding(nn.Module):
