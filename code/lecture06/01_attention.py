@@ -11,13 +11,10 @@ import math
 import os
 import sys
 
-# One BLAS thread: on this shared 2-core machine a threaded mat-vec spends most of each RNN step
-# waiting for the other thread, and the timings of part 5 swing by 10×. Set it before numpy loads.
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-import numpy as np  # noqa: E402
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402  (puts lecture05/ on the path too)
+import common  # noqa: E402  (puts lecture05/ on the path too; one BLAS thread, set before numpy loads)
+
+import numpy as np  # noqa: E402
 import transformer as tf  # noqa: E402
 from tensor import Tensor, no_grad  # noqa: E402
 

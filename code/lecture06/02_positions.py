@@ -11,10 +11,10 @@ import math
 import os
 import sys
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402  (puts lecture05/ on the path too)
+import common  # noqa: E402  (puts lecture05/ on the path too; one BLAS thread, set before numpy loads)
+
+import numpy as np  # noqa: E402
 import transformer as tf  # noqa: E402
 from tensor import no_grad  # noqa: E402
 

@@ -2,9 +2,8 @@
 
 Serves notes §5.2 (part 1), §5.3 (part 2) and §5.4 (parts 3 and 4). Parts 1-3 measure at initialisation;
 part 4 trains six 6-layer models on the city language (city_lab.py), two at a time in worker processes.
-Runtime: about 1 minute on 2 free cores. Part 4 needs about 100 s of CPU time, split over two worker
-processes; the whole script took 105 s while other jobs kept both cores busy. `--quick` (four runs of
-100 steps in part 4) used 27 s of CPU and 30 s under the same load.
+Runtime: about 55 s on 2 idle cores (about 95 s of CPU, most of it part 4's six runs in two worker
+processes); `--quick` (four runs of 100 steps in part 4) about 16 s.
 
     python code/lecture06/04_residual_layernorm.py [--part N] [--seed S] [--quick] [--no-figures]
 """
@@ -14,10 +13,10 @@ import math
 import os
 import sys
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402  (puts lecture05/ on the path too)
+import common  # noqa: E402  (puts lecture05/ on the path too; one BLAS thread, set before numpy loads)
+
+import numpy as np  # noqa: E402
 
 import torch  # noqa: E402
 from torch import nn  # noqa: E402

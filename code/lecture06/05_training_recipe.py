@@ -6,7 +6,7 @@ language, part 2), §7.5 (the learning-rate formula, part 3; Adam's first step, 
 (lecture 5's tensor.py); parts 2 and 4 check PyTorch's conventions; part 5 trains PyTorch twins with
 city_lab.py's harness in two worker processes. Runtime: about 6 s of CPU time in this process (most
 of it importing torch) plus two 4 s training runs side by side in worker processes, i.e. about 10 s on an
-idle 2-core machine (`--quick`: about 6 s).
+idle 2-core machine, measured 8-10 s (`--quick`: about 8 s).
 
     python code/lecture06/05_training_recipe.py [--part N] [--seed S] [--quick] [--no-figures]
 """

@@ -12,16 +12,16 @@ Part 2 · §9.3  accuracy by kind on lecture 5's test set: bag-of-words, the Tra
 Part 3 · §9.3  attention in "the plot was good but the acting was bad": the weight each position
                receives, averaged over the heads and the 9 queries (the notes: most on position 8).
 PyTorch appears only in Part 1; everything else trains with tensor.py.
-Runtime: about 12-14 s whole process (--quick: about 9-10 s), measured on 2 cores shared with other
-jobs: ~6 s (quick ~3 s) of training, ~2.5 s of imports, ~2.5 s for torch.optim's first use in Part 1.
+Runtime: about 10 s whole process on an idle 2-core machine (--quick: about 8 s): the training, the
+imports, and torch.optim's first use in Part 1 (it imports torch._dynamo, about 2 s).
 """
 from __future__ import annotations
 
 import functools
 
-import numpy as np
+import common  # first: one BLAS thread, set before numpy loads
 
-import common
+import numpy as np
 import transformer as T
 import reviews
 from bag_of_words import BagOfWords
