@@ -415,10 +415,11 @@ class DecoderLM(Module):
             raise ValueError(f"DecoderLM: expected token ids of shape (B, S), got {idx.shape}")
         seq_len = idx.shape[1]
         if self.positions == "learned" and seq_len > self.n_positions:  # only a table has a last row
+            missing = (f"position {seq_len - 1}" if seq_len == self.n_positions + 1
+                       else f"positions {self.n_positions}..{seq_len - 1}")
             raise ValueError(f"DecoderLM: sequence length {seq_len} exceeds n_positions={self.n_positions}: "
-                             f"the learned position table has no row for positions "
-                             f"{self.n_positions}..{seq_len - 1}; shorten the input or build the model "
-                             f"with a larger n_positions")
+                             f"the learned position table has no row for {missing}; shorten the input "
+                             f"or build the model with a larger n_positions")
         x = self.token_embeddings(idx)
         if self.positions == "learned":
             x = x + self.position_embeddings(np.arange(seq_len)[None, :])   # (1, S, D) broadcast over B
