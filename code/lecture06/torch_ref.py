@@ -17,7 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-MASK_VALUE = -1e9
+from transformer import MASK_VALUE, sinusoidal_positions  # one mask convention, one encoding
+
 DTYPE = torch.float64
 
 
@@ -146,15 +147,6 @@ class TransformerLayer(nn.Module):
         return self.ln_2(x + self.ff(x))
 
 
-def sinusoidal_positions(n_positions: int, d: int, base: float = 10000.0, dtype=DTYPE):
-    t = torch.arange(n_positions, dtype=torch.float64)[:, None]
-    omega = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
-    pe = torch.empty(n_positions, d, dtype=torch.float64)
-    pe[:, 0::2] = torch.sin(t * omega)
-    pe[:, 1::2] = torch.cos(t * omega)
-    return pe.to(dtype)
-
-
 class DecoderLM(nn.Module):
     def __init__(self, n_vocab: int, n_embd: int, n_head: int, n_positions: int, n_layers: int = 4,
                  p_dropout: float = 0.1, ln_eps: float = 1e-5, bias: bool = True, pre_ln: bool = True,
@@ -178,7 +170,7 @@ class DecoderLM(nn.Module):
         if self.positions == "learned":
             x = x + self.position_embeddings(torch.arange(seq_len, device=idx.device))[None]
         elif self.positions == "sinusoidal":
-            x = x + sinusoidal_positions(seq_len, self.n_embd, dtype=x.dtype).to(x.device)[None]
+            x = x + torch.from_numpy(sinusoidal_positions(seq_len, self.n_embd)).to(x.dtype).to(x.device)[None]
         return x
 
     def forward(self, idx, pad_mask=None):
