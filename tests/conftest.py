@@ -1,17 +1,14 @@
-"""Shared test setup: `import tensor, transformer, torch_ref, common` work from any test, and
-`load_script("01_attention")` imports a numbered script (names start with a digit, so no plain import)."""
+"""Shared test setup: `load_script("01_attention")` imports a numbered script (names start with a digit,
+so no plain import). pytest.ini puts code/lecture06 on the path; `paths` adds lecture 5's code."""
 import importlib.util
 import os
 import sys
 
 import pytest
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-LECTURE05 = os.path.join(ROOT, "code", "lecture05")
-LECTURE06 = os.path.join(ROOT, "code", "lecture06")
-for _path in (LECTURE05, LECTURE06):
-    if _path not in sys.path:
-        sys.path.insert(0, _path)
+import paths
+
+LECTURE06 = paths.HERE
 
 
 def load_script(name: str):

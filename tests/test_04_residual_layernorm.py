@@ -69,8 +69,8 @@ def test_pre_ln_last_layer_gradient_shrinks_with_depth_post_ln_does_not():
 
 
 def test_pre_ln_has_a_final_layernorm():                                    # S5.4-h
-    model = m.city_lab.build_model(n_layers=2, pre_ln=True)
-    assert model.ln is not None and m.city_lab.build_model(n_layers=2, pre_ln=False).ln is None
+    model = m.city_train.build_model(n_layers=2, pre_ln=True)
+    assert model.ln is not None and m.city_train.build_model(n_layers=2, pre_ln=False).ln is None
 
 
 # ---- Part 4 · S5.4-d..g, reduced ---------------------------------------------------------------------------

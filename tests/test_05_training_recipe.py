@@ -4,23 +4,21 @@ import math
 
 import numpy as np
 import pytest
-import torch
 
 from conftest import load_script
 
 import city_lab
 import transformer as tf
+from threads import torch_threads
 
 m = load_script("05_training_recipe")
 
 
 @pytest.fixture(autouse=True, scope="module")
 def one_torch_thread():
-    """As the script runs (common.fix_threads): small ops on a shared 2-core machine are fastest on one thread."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    """Small ops on a shared 2-core machine are fastest on one thread."""
+    with torch_threads(1):
+        yield
 
 
 # ---- Part 1 · §7.1 teacher forcing (S7.1-a, S7.1-b) -----------------------------------------------

@@ -7,16 +7,14 @@ the one the models use. Runtime: about 6 s (`--quick`: about 4 s), most of it im
 """
 from __future__ import annotations
 
+import common  # first: one BLAS thread before numpy loads, and lecture 5's code importable
+
 import math
-import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402  (puts lecture05/ on the path too; one BLAS thread, set before numpy loads)
 
-import numpy as np  # noqa: E402
-import transformer as tf  # noqa: E402
-from tensor import no_grad  # noqa: E402
+import numpy as np
+import transformer as tf
+from tensor import no_grad
 
 D_MODEL = 512   # the paper's base width, used by parts 1-4
 

@@ -10,21 +10,19 @@ the reference in part 4. Runtime: about 5 s of CPU time (2-core machine), most o
 """
 from __future__ import annotations
 
+import common  # first: one BLAS thread before numpy loads, and lecture 5's code importable
+
 import math
-import os
-import sys
 from collections import Counter
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402  (puts code/lecture05 on sys.path too)
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import torch
 
-import tensor  # noqa: E402
-import torch_ref  # noqa: E402
-import transformer  # noqa: E402
-from tensor import Tensor  # noqa: E402
+import tensor
+import torch_ref
+import transformer
+from tensor import Tensor
 
 
 # ---- Part 1 · §9.1 softmax_loss = logsumexp(z) − z_y ---------------------------------------------

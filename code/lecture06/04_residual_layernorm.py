@@ -9,21 +9,21 @@ processes); `--quick` (four runs of 100 steps in part 4) about 16 s.
 """
 from __future__ import annotations
 
+import common  # first: one BLAS thread before numpy loads, and lecture 5's code importable
+
 import math
-import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402  (puts lecture05/ on the path too; one BLAS thread, set before numpy loads)
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-import torch  # noqa: E402
-from torch import nn  # noqa: E402
+import torch
+from torch import nn
 
-import city_lab  # noqa: E402
-import transformer as tf  # noqa: E402
-from tensor import Tensor, no_grad  # noqa: E402
+import city_lab
+import city_train
+import transformer as tf
+from tensor import Tensor, no_grad
+from threads import torch_threads
 
 VARIANTS = ("no residual", "residual", "residual + LN")
 
@@ -46,7 +46,7 @@ class Block(nn.Module):
         return x + torch.relu(self.linear(self.ln(x)))  # Pre-LN: the LayerNorm sits on the branch
 
 
-@common.torch_threads(1)  # small tensors: one thread is fastest, and the same everywhere
+@torch_threads(1)  # small tensors: one thread is fastest, and the same everywhere
 def gradient_gain(depths=(1, 2, 4, 8, 16, 32, 64), width: int = 256, batch: int = 32, seeds=(0, 1, 2)) -> dict:
     """For each variant and depth L: the gradient gain ‖∂(g·y_L)/∂x‖ / ‖g‖ from the output y_L of the first
     L layers back to the input x (g a random N(0, 1) output gradient), and the std of y_L. Means over seeds.
@@ -159,13 +159,13 @@ def show_batch_companions(args):
 
 
 # ---- Part 3 · §5.4 ------------------------------------------------------------------------------
-@common.torch_threads(1)  # small tensors: one thread is fastest, and the same everywhere
+@torch_threads(1)  # small tensors: one thread is fastest, and the same everywhere
 def layer_grad_norms(depths=(2, 4, 8, 16, 32), seeds=(0, 1, 2), n_embd: int = 64, n_head: int = 4,
                      seq_len: int = 16, batch: int = 8, init: str = "xavier") -> dict:
     """Gradient norm of each layer's parameters at initialisation, for Post-LN and Pre-LN DecoderLMs of
     each depth, on one batch of the city language (windows of seq_len), averaged over seeds.
 
-    init: see city_lab.build_model; "xavier" (the original Transformer's) is the one part 4 trains.
+    init: see city_train.build_model; "xavier" (the original Transformer's) is the one part 4 trains.
     """
     import torch.nn.functional as F
     norms = {}
@@ -173,7 +173,7 @@ def layer_grad_norms(depths=(2, 4, 8, 16, 32), seeds=(0, 1, 2), n_embd: int = 64
         for depth in depths:
             total = np.zeros(depth)
             for seed in seeds:
-                model = city_lab.build_model(depth, n_embd, n_head, pre_ln=pre_ln, init=init, seed=seed)
+                model = city_train.build_model(depth, n_embd, n_head, pre_ln=pre_ln, init=init, seed=seed)
                 data = next(city_lab.training_batches(seed, batch, seq_len))
                 logits = model(torch.from_numpy(data.x))  # (B, S, V)
                 F.cross_entropy(logits.reshape(-1, city_lab.V), torch.from_numpy(data.y).reshape(-1)).backward()
@@ -240,15 +240,17 @@ def training_stability(runs=RUNS, steps: int = 400, eval_every: int = 50, n_laye
                        workers: int = 2, progress: str | None = None) -> dict:
     """Train one DecoderLM per (placement, lr, warmup) in `runs` on the city language: Adam, the lr
     constant after the warmup, the same seed (parameters and data) for every run. Returns each run's
-    city_lab.TrainResult with its settings, and the unigram/bigram levels for comparison.
+    city_train.TrainResult with its settings, and the unigram/bigram levels for comparison.
 
     init="xavier" (the original Transformer's) makes every branch start about as large as the
     residual stream; with "gpt2" or "default" the early failure of Post-LN did not show (README).
     """
-    configs = [dict(n_layers=n_layers, n_embd=n_embd, n_head=n_head, pre_ln=(placement == "Pre-LN"), init=init,
-                    seed=seed, lr=lr, warmup=warmup, steps=steps, batch_size=batch_size, eval_every=eval_every)
-               for placement, lr, warmup in runs]
-    results = city_lab.train_many(configs, workers=workers, progress=progress)
+    specs = [dict(model=dict(n_layers=n_layers, n_embd=n_embd, n_head=n_head, pre_ln=(placement == "Pre-LN"),
+                             init=init, seed=seed),
+                  training=dict(lr=lr, warmup=warmup, steps=steps, batch_size=batch_size, eval_every=eval_every,
+                                seed=seed))
+             for placement, lr, warmup in runs]
+    results = city_train.train_many(specs, workers=workers, progress=progress)
     return {"runs": [dict(placement=p, lr=lr, warmup=w, result=res) for (p, lr, w), res in zip(runs, results)],
             "steps": steps, "n_layers": n_layers, "n_embd": n_embd, "n_head": n_head, "batch_size": batch_size,
             "init": init, "seed": seed, "baselines": city_lab.baseline_excess_mnats()}

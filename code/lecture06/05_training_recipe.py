@@ -12,21 +12,20 @@ idle 2-core machine, measured 8-10 s (`--quick`: about 8 s).
 """
 from __future__ import annotations
 
+import common  # first: one BLAS thread before numpy loads, and lecture 5's code importable
+
 import math
-import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402  (puts code/lecture05 on sys.path too)
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+import numpy as np
+import torch
+import torch.nn.functional as F
 
-import city_lab  # noqa: E402
-import tensor  # noqa: E402
-import transformer as tf  # noqa: E402
-from tensor import Tensor, no_grad  # noqa: E402
+import city_lab
+import city_train
+import tensor
+import transformer as tf
+from tensor import Tensor, no_grad
 
 
 def sci(x: float, digits: int = 2) -> str:
@@ -401,24 +400,21 @@ def checkpoint_averaging(seed: int = 0, n_layers: int = 1, n_embd: int = 64, n_h
     """A Pre-LN DecoderLM on the city language at a CONSTANT lr, a checkpoint every `checkpoint_every`
     steps; the test excess of the last checkpoint, of the average of the last k (None: all of them), and
     of the same run with the lr decaying linearly to 0 (decayed=True; trained in a second worker)."""
-    run = dict(n_layers=n_layers, n_embd=n_embd, n_head=n_head, seed=seed, steps=steps, lr=lr,
-               eval_every=checkpoint_every)   # the test excess at every checkpoint comes with the curve
-    configs = [dict(run, checkpoint_every=checkpoint_every)] + ([dict(run, schedule="linear")] if decayed else [])
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # forked workers inherit it: a fork that enters OpenMP after its parent did can hang
-    try:
-        results = city_lab.train_many(configs, workers=workers, progress=progress)
-    finally:
-        torch.set_num_threads(threads)
+    model_args = dict(n_layers=n_layers, n_embd=n_embd, n_head=n_head, seed=seed)
+    training_args = dict(steps=steps, lr=lr, eval_every=checkpoint_every, seed=seed)  # test excess at each checkpoint
+    specs = [dict(model=model_args, training=dict(training_args, checkpoint_every=checkpoint_every))]
+    if decayed:
+        specs.append(dict(model=model_args, training=dict(training_args, schedule="linear")))
+    results = city_train.train_many(specs, workers=workers, progress=progress)
     constant = results[0]
     excess_at = {step: test for step, _, test in constant.curve}
     checkpoints = [(step, excess_at[step]) for step, _ in constant.checkpoints]
-    model = city_lab.build_model(n_layers, n_embd, n_head, seed=seed)
+    model = city_train.build_model(n_layers, n_embd, n_head, seed=seed)
     averaged = {}
     for k in ks:
         k = k or len(constant.checkpoints)
-        model.load_state_dict(city_lab.average_state_dicts([sd for _, sd in constant.checkpoints[-k:]]))
-        averaged[k] = city_lab.evaluate(model)
+        model.load_state_dict(city_train.average_state_dicts([sd for _, sd in constant.checkpoints[-k:]]))
+        averaged[k] = city_train.evaluate(model)
     return dict(seed=seed, n_layers=n_layers, n_embd=n_embd, n_head=n_head, steps=steps, lr=lr,
                 checkpoint_every=checkpoint_every, checkpoints=checkpoints, last=checkpoints[-1][1],
                 averaged=averaged, constant_curve=[(s, t) for s, _, t in constant.curve],
@@ -489,5 +485,4 @@ PARTS = {1: show_teacher_forcing, 2: show_label_smoothing, 3: show_lr_schedule, 
          5: show_checkpoint_averaging}
 
 if __name__ == "__main__":
-    common.fix_threads(1)
     common.main(__doc__, PARTS)

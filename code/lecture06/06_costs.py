@@ -11,20 +11,17 @@ machine), half of it importing torch and the torch._dynamo that FlopCounterMode 
 """
 from __future__ import annotations
 
-import os
-import statistics
-import sys
-import time
+import common  # first: one BLAS thread before numpy loads, and lecture 5's code importable
+
 from collections import Counter
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
+import numpy as np
+import torch
+from torch.utils.flop_counter import FlopCounterMode
 
-import torch_ref  # noqa: E402
+import torch_ref
+from threads import torch_threads
 
 GPT2_SMALL = dict(n_vocab=50257, n_embd=768, n_head=12, n_positions=1024, n_layers=12)
 SIZES = {"GPT-2 small": GPT2_SMALL,
@@ -193,7 +190,7 @@ def show_flops(args):
                      "yes" if r["total"] == r["counted_total"] else "NO", f"{r['per_token'] / 1e6:.1f}", "100%"]],
                  headers=["term", "formula", "formula FLOPs", "counter FLOPs", "equal", "MFLOPs/token", "share"],
                  disable_numparse=True)
-    print(f"(the counter counts 2 FLOPs per multiply-add and matmuls only; the notes' four shares leave out W_O)")
+    print("(the counter counts 2 FLOPs per multiply-add and matmuls only; the notes' four shares leave out W_O)")
     print(f"2N = 2 × {r['n_params']:,} = {r['two_n'] / 1e6:.1f} MFLOPs/token against {r['per_token'] / 1e6:.1f}: "
           f"one multiply-add per weight per token, plus attention, minus the embedding tables")
     draw_flops_vs_n(args.figures)
@@ -366,38 +363,23 @@ def draw_activation_memory(r: dict, figures_dir):
 
 
 # ---- Part 5 · §8.3 the attention core's share of a layer's time ⏱ -----------------------------------------
-def _median_seconds(f, repeats: int, budget: float = 0.5) -> float:
-    """Median of up to `repeats` runs, stopping once `budget` seconds are spent (at least one run)."""
-    times = []
-    while len(times) < repeats and sum(times) < budget:
-        start = time.perf_counter()
-        f()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def attention_time_share(seq_lens=(128, 512, 2048), n_embd: int = 256, n_head: int = 4, repeats: int = 5,
                          threads: int = 1) -> list[dict]:
     """Wall-clock share of the attention core (scores, scale, mask, softmax, AV: self_attention, which
     also merges the heads) in one Pre-LN layer's forward, torch float32; next to its FLOP share."""
-    previous = torch.get_num_threads()
-    common.fix_threads(threads)
     layer = torch_ref.TransformerLayer(n_embd, n_head, p_dropout=0.0).float().eval()
     mha = layer.attention
     rows = []
-    try:
-        with torch.no_grad():
-            layer(torch.randn(1, min(seq_lens), n_embd))  # warm-up
-            for S in seq_lens:
-                x = torch.randn(1, S, n_embd)
-                q, kT, v = mha.project_to_query_key_value(layer.ln_1(x))
-                mask = mha.create_causal_mask(S, x.dtype)
-                t_layer = _median_seconds(lambda: layer(x), repeats)
-                t_core = _median_seconds(lambda: mha.self_attention(q, kT, v, mask), repeats)
-                rows.append(dict(S=S, t_layer=t_layer, t_core=t_core, time_share=t_core / t_layer,
-                                 flop_share=_attention_share(flop_formula(n_embd=n_embd, seq_len=S))))
-    finally:
-        torch.set_num_threads(previous)
+    with torch.no_grad(), torch_threads(threads):
+        layer(torch.randn(1, min(seq_lens), n_embd))  # warm-up
+        for S in seq_lens:
+            x = torch.randn(1, S, n_embd)
+            q, kT, v = mha.project_to_query_key_value(layer.ln_1(x))
+            mask = mha.create_causal_mask(S, x.dtype)
+            t_layer, _ = common.median_time(lambda: layer(x), repeats, budget=0.5)
+            t_core, _ = common.median_time(lambda: mha.self_attention(q, kT, v, mask), repeats, budget=0.5)
+            rows.append(dict(S=S, t_layer=t_layer, t_core=t_core, time_share=t_core / t_layer,
+                             flop_share=_attention_share(flop_formula(n_embd=n_embd, seq_len=S))))
     return rows
 
 

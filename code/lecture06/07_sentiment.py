@@ -17,9 +17,9 @@ imports, and torch.optim's first use in Part 1 (it imports torch._dynamo, about 
 """
 from __future__ import annotations
 
-import functools
+import common  # first: one BLAS thread before numpy loads, and lecture 5's code importable
 
-import common  # first: one BLAS thread, set before numpy loads
+import functools
 
 import numpy as np
 import transformer as T

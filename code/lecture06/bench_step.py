@@ -4,24 +4,22 @@ A step is forward + backward + Adam update, dropout on (p = 0.1), the loss the m
 cross-entropy. Each size runs a warmup, then the median of several repeats is reported, with the
 ratio tensor.py / PyTorch (target: within 2x): wall-clock time, and the process's CPU time, which
 other programs sharing the machine disturb less. Both sides use the same number of threads:
-BENCH_THREADS (default 1) for numpy's BLAS and for torch, since this 2-core machine is often shared.
+OPENBLAS_NUM_THREADS (default 1, threads.py) for numpy's BLAS and for torch.
 `make bench` runs it; about 15 s (--quick: the small size only, fewer repeats, a few seconds).
 """
+import common  # first: one BLAS thread before numpy loads, and lecture 5's code importable
+
 import os
 
-THREADS = int(os.environ.get("BENCH_THREADS", "1"))
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, str(THREADS))    # must precede numpy's import to take effect
+import numpy as np
+import torch
+import torch.nn.functional as F
 
-import statistics  # noqa: E402
-import time  # noqa: E402
+import torch_ref
+import transformer as tr
+from threads import torch_threads
 
-import common  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-import torch_ref  # noqa: E402
-import transformer as tr  # noqa: E402
+THREADS = int(os.environ["OPENBLAS_NUM_THREADS"])  # threads.py's default, or the caller's setting
 
 SIZES = [  # (B, S, d, h, layers, V)
     (16, 32, 64, 4, 2, 64),
@@ -60,34 +58,21 @@ def step_torch(model, optimizer, x, y):
     return loss.item()
 
 
-def median_times(step, warmup: int, repeats: int) -> tuple:
-    """(wall-clock, CPU) median seconds of step() over repeats, after warmup calls."""
-    for _ in range(warmup):
-        step()
-    wall, cpu = [], []
-    for _ in range(repeats):
-        start_wall, start_cpu = time.perf_counter(), time.process_time()
-        step()
-        wall.append(time.perf_counter() - start_wall)
-        cpu.append(time.process_time() - start_cpu)
-    return statistics.median(wall), statistics.median(cpu)
-
-
 def bench(size, warmup: int = 2, repeats: int = 7) -> dict:
     """Median seconds per training step, wall-clock and CPU, for both implementations at one size."""
     ours, twin, x, y = build(*size)
     ours_opt = tr.Adam(ours.parameters(), lr=1e-3)
     twin_opt = torch.optim.Adam(twin.parameters(), lr=1e-3)
     tx, ty = torch.from_numpy(x), torch.from_numpy(y)
-    ours_wall, ours_cpu = median_times(lambda: step_ours(ours, ours_opt, x, y), warmup, repeats)
-    torch_wall, torch_cpu = median_times(lambda: step_torch(twin, twin_opt, tx, ty), warmup, repeats)
+    ours_wall, ours_cpu = common.median_time(lambda: step_ours(ours, ours_opt, x, y), repeats, warmup)
+    torch_wall, torch_cpu = common.median_time(lambda: step_torch(twin, twin_opt, tx, ty), repeats, warmup)
     return {"size": size, "parameters": ours.num_parameters(), "ours": ours_wall, "torch": torch_wall,
             "ratio": ours_wall / torch_wall, "ours_cpu": ours_cpu, "torch_cpu": torch_cpu,
             "ratio_cpu": ours_cpu / torch_cpu}
 
 
+@torch_threads(THREADS)
 def show_bench(args):
-    common.fix_threads(THREADS)
     sizes = SIZES[:1] if args.quick else SIZES
     warmup, repeats = (1, 3) if args.quick else (1, 5)
     common.header(1, "§9", "One training step: tensor.py against PyTorch (float64)")

@@ -16,25 +16,19 @@ between two runs with the same seed.
 """
 from __future__ import annotations
 
+import threads  # noqa: F401  (first: one BLAS thread, set before numpy loads)
+
 import argparse
+import math
 import os
-import sys
+import statistics
 import time
 from contextlib import contextmanager
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
-DEFAULT_FIGURES = os.path.join(ROOT, "figures")
-for path in (HERE, os.path.join(ROOT, "code", "lecture05")):
-    if path not in sys.path:
-        sys.path.insert(0, path)
+import numpy as np
+from tabulate import tabulate
 
-# The scripts' matmuls are small: one BLAS thread is faster than two that wait for each other (07 runs
-# in 10 s instead of 13), and a step-by-step RNN is timed fairly (01 part 5). Set before numpy loads
-# OpenBLAS, so scripts import common before numpy; an explicit setting in the environment wins.
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-import numpy as np  # noqa: E402
-from tabulate import tabulate  # noqa: E402
+import paths
 
 DEFAULT_SEED = 0
 TIMER = "⏱"
@@ -51,25 +45,6 @@ def seed_everything(seed: int, uses_torch: bool = True):
     if uses_torch:
         import torch
         torch.manual_seed(seed)
-
-
-def fix_threads(n: int = 1):
-    """Results at a large learning rate depend on the thread count; fix it for reproducibility."""
-    import torch
-    torch.set_num_threads(n)
-
-
-@contextmanager
-def torch_threads(n: int = 1):
-    """fix_threads(n) inside a `with` block only; the caller's thread count comes back afterwards.
-    Small tensors on a loaded machine run far faster on one thread than on two that wait for each other."""
-    import torch
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def header(part: int, section: str, title: str):
@@ -90,11 +65,36 @@ def timing(text: str):
     print(f"{TIMER} {text}")
 
 
+class _Elapsed:
+    def __init__(self):
+        self.wall_start, self.cpu_start = time.perf_counter(), time.process_time()
+
+    def __call__(self) -> float:
+        return time.perf_counter() - self.wall_start
+
+    def cpu(self) -> float:
+        return time.process_time() - self.cpu_start
+
+
 @contextmanager
 def stopwatch():
-    """`with stopwatch() as elapsed: ...; elapsed()` -> seconds since entering."""
-    start = time.perf_counter()
-    yield lambda: time.perf_counter() - start
+    """`with stopwatch() as elapsed: ...`; then elapsed() is the wall-clock seconds since entering and
+    elapsed.cpu() this process's CPU seconds (which other programs on a shared machine disturb less)."""
+    yield _Elapsed()
+
+
+def median_time(f, repeats: int, warmup: int = 0, budget: float = math.inf) -> tuple[float, float]:
+    """(wall-clock, CPU) median seconds of f() over up to `repeats` calls after `warmup` uncounted ones,
+    stopping early once `budget` wall-clock seconds are spent (at least one counted call)."""
+    for _ in range(warmup):
+        f()
+    wall, cpu = [], []
+    while len(wall) < repeats and sum(wall) < budget:
+        with stopwatch() as elapsed:
+            f()
+        wall.append(elapsed())
+        cpu.append(elapsed.cpu())
+    return statistics.median(wall), statistics.median(cpu)
 
 
 def save_figure(fig, name: str, figures_dir: str | None):
@@ -107,7 +107,7 @@ def save_figure(fig, name: str, figures_dir: str | None):
     path = os.path.join(figures_dir, f"{name}.png")
     fig.savefig(path, dpi=110, bbox_inches="tight", metadata={"Software": None})
     plt.close(fig)
-    print(f"[figure] {os.path.relpath(path, ROOT) if path.startswith(ROOT) else path}")
+    print(f"[figure] {os.path.relpath(path, paths.ROOT) if path.startswith(paths.ROOT) else path}")
     return path
 
 
@@ -121,7 +121,7 @@ def parse_args(doc: str, part_numbers, argv=None):
                         help="run only this part (default: all)")
     parser.add_argument("--quick", action="store_true",
                         help="smaller sizes for a fast check (tests use it); the effects stay, digits move")
-    parser.add_argument("--figures", metavar="DIR", default=DEFAULT_FIGURES,
+    parser.add_argument("--figures", metavar="DIR", default=paths.FIGURES,
                         help="where to write figures (default: figures/ at the repository root)")
     parser.add_argument("--no-figures", action="store_true", help="draw no figures")
     args = parser.parse_args(argv)

@@ -22,13 +22,11 @@ its scores are equal: float64 keeps s - 1e9 apart for different s (float32 would
 from __future__ import annotations
 
 import math
-import os
-import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lecture05"))
-from tensor import Tensor, embedding, no_grad  # noqa: E402
+import paths  # noqa: F401  (makes lecture 5's tensor.py importable)
+from tensor import Tensor, embedding, no_grad
 
 MASK_VALUE = -1e9
 

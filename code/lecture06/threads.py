@@ -1,0 +1,27 @@
+"""How many threads compute the numbers, decided in one place.
+
+One thread, for numpy's BLAS and for torch. The matrices here are small: on a shared 2-core machine one
+thread is faster than two that wait for each other, a step-by-step RNN is timed fairly, and a float32
+training run gives the same bits alone, in a loop or in a worker process (at a large lr its digits depend
+on the thread count; the pattern does not).
+
+OpenBLAS reads its thread count when numpy loads it, so this module must be imported before numpy
+(`common` and `city_train` import it first). An explicit OPENBLAS_NUM_THREADS in the environment wins.
+"""
+import os
+from contextlib import contextmanager
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
+@contextmanager
+def torch_threads(n: int = 1):
+    """torch on n threads inside the `with` block (or the decorated function); the caller's count comes back
+    afterwards, so a test that imports a part function leaves torch as it found it."""
+    import torch
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
