@@ -10,9 +10,10 @@ to the command line:
     if __name__ == "__main__":
         common.main(__doc__, PARTS)
 
-Conventions (SPEC §5): each part prints a header naming its section of the notes, then tables;
-a line that reports wall-clock time starts with ⏱ and is the only kind of line allowed to differ
-between two runs with the same seed.
+Conventions: each part prints a header naming its section of the notes, then tables. A line that
+reports wall-clock time starts with ⏱ and is the only kind of line allowed to differ between two runs
+with the same seed. A line whose digits depend on the CPU's floating-point kernels (float32 training,
+chaotic runs) carries ⚙; every other line prints identically on any CPU.
 """
 from __future__ import annotations
 
@@ -31,7 +32,9 @@ from tabulate import tabulate
 import paths
 
 DEFAULT_SEED = 0
-TIMER = "⏱"
+TIMER = "⏱"     # a wall-clock time: differs from run to run
+KERNELS = "⚙"   # digits that depend on the CPU's floating-point kernels (float32 training, which of many
+                # rounding-level differences is the largest): they may differ on your CPU, the effect does not
 
 
 def seed_everything(seed: int, uses_torch: bool = True):
@@ -52,12 +55,20 @@ def header(part: int, section: str, title: str):
     print("─" * (len(section) + len(title) + 10))
 
 
-def table(rows, headers=(), floatfmt="g", **kwargs):
+def table(rows, headers=(), floatfmt="g", kernel_dependent: bool = False, **kwargs):
+    """A tabulate table; kernel_dependent=True marks every row with ⚙ (its digits depend on the CPU)."""
+    if kernel_dependent:
+        rows = [[f"{KERNELS} {row[0]}", *row[1:]] for row in rows]
     print(tabulate(rows, headers=headers, floatfmt=floatfmt, **kwargs))
 
 
 def note(text: str):
     print(text)
+
+
+def kernel_note(text: str):
+    """A line whose digits depend on the CPU's floating-point kernels: marked ⚙, like ⏱ for timings."""
+    print(f"{KERNELS} {text}")
 
 
 def timing(text: str):
