@@ -20,16 +20,23 @@ from __future__ import annotations
 import threads  # noqa: F401  (first: one BLAS thread, set before numpy loads)
 
 import argparse
+import importlib.util
 import math
 import os
 import statistics
+import sys
 import time
 from contextlib import contextmanager
 
-import numpy as np
-from tabulate import tabulate
+_MISSING = [name for name in ("numpy", "torch", "matplotlib", "tabulate") if importlib.util.find_spec(name) is None]
+if _MISSING:  # say so now, not in a traceback after half the output
+    sys.exit(f"This Python ({sys.executable}) lacks {', '.join(_MISSING)}. Run `make all` (it builds .venv from "
+             f"requirements.txt) or run the script with .venv/bin/python.")
 
-import paths
+import numpy as np  # noqa: E402  (the three imports follow the check above)
+from tabulate import tabulate  # noqa: E402
+
+import paths  # noqa: E402
 
 DEFAULT_SEED = 0
 TIMER = "⏱"     # a wall-clock time: differs from run to run
@@ -122,22 +129,53 @@ def save_figure(fig, name: str, figures_dir: str | None):
     return path
 
 
+def _seed(text: str) -> int:
+    try:
+        seed = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 0 <= seed < 2 ** 32 - 16:  # numpy takes seeds below 2**32; a claim over seeds adds up to 15
+        raise argparse.ArgumentTypeError(f"{seed} is outside 0 .. {2 ** 32 - 17}")
+    return seed
+
+
+def _figures_dir(text: str) -> str:
+    """A folder we can write figures into (made if missing): checked now, not after seconds of training."""
+    path = os.path.abspath(text) if text else ""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path; to draw no figures, use --no-figures")
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise argparse.ArgumentTypeError(f"{text} is a file, not a folder")
+    existing = path
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"cannot write in {existing}; choose another folder or --no-figures")
+    return path
+
+
 def parse_args(doc: str, part_numbers, argv=None):
     first_line = (doc or "").strip().splitlines()[0] if doc else ""
     parser = argparse.ArgumentParser(description=first_line,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seed", type=int, default=DEFAULT_SEED,
+    parser.add_argument("--seed", type=_seed, default=DEFAULT_SEED,
                         help=f"random seed (default {DEFAULT_SEED})")
+    parser.add_argument("--seeds", type=int, default=3, help="how many seeds each training claim is measured over (default 3)")
     parser.add_argument("--part", type=int, choices=sorted(part_numbers),
                         help="run only this part (default: all)")
     parser.add_argument("--quick", action="store_true",
-                        help="smaller sizes for a fast check (tests use it); the effects stay, digits move")
-    parser.add_argument("--figures", metavar="DIR", default=paths.FIGURES,
+                        help="smaller sizes for a fast check (tests use it); the effects stay, digits move. "
+                             "Draws no figures unless --figures is given, so the committed full-size ones stay")
+    parser.add_argument("--figures", metavar="DIR", type=_figures_dir,
                         help="where to write figures (default: figures/ at the repository root)")
     parser.add_argument("--no-figures", action="store_true", help="draw no figures")
     args = parser.parse_args(argv)
-    if args.no_figures:
+    if args.seeds < 1:
+        parser.error(f"argument --seeds: {args.seeds} is not a count of seeds; give 1 or more")
+    if args.no_figures or (args.quick and args.figures is None):
         args.figures = None
+    elif args.figures is None:
+        args.figures = paths.FIGURES
     return args
 
 
