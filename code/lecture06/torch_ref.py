@@ -34,9 +34,9 @@ class Linear(nn.Module):
 
 
 class Embedding(nn.Module):
-    def __init__(self, num_embeddings: int, embedding_dim: int):
+    def __init__(self, num_embeddings: int, embedding_dim: int, std: float = 1.0):
         super().__init__()
-        self.weights = nn.Parameter(torch.randn(num_embeddings, embedding_dim, dtype=DTYPE))
+        self.weights = nn.Parameter(torch.randn(num_embeddings, embedding_dim, dtype=DTYPE) * std)
 
     def forward(self, ids):
         return self.weights[ids]
@@ -118,26 +118,31 @@ class MultiHeadAttention(nn.Module):
 
 
 class FeedForward(nn.Module):
-    def __init__(self, n_embd: int, middle_dim: int | None = None, p_dropout: float = 0.1, bias: bool = True):
+    def __init__(self, n_embd: int, middle_dim: int | None = None, p_dropout: float = 0.1, bias: bool = True,
+                 activation: str = "gelu"):
         super().__init__()
         middle_dim = 4 * n_embd if middle_dim is None else middle_dim
+        self.activation = activation
         self.linear_in = Linear(n_embd, middle_dim, bias)
         self.linear_out = Linear(middle_dim, n_embd, bias)
         self.dropout = Dropout(p_dropout)
 
     def forward(self, x):
-        return self.dropout(self.linear_out(F.gelu(self.linear_in(x), approximate="tanh")))
+        hidden = self.linear_in(x)
+        hidden = F.gelu(hidden, approximate="tanh") if self.activation == "gelu" else F.relu(hidden)
+        return self.dropout(self.linear_out(hidden))
 
 
 class TransformerLayer(nn.Module):
     def __init__(self, n_embd: int, n_head: int, p_dropout: float = 0.1, ln_eps: float = 1e-5,
-                 bias: bool = True, causal: bool = True, pre_ln: bool = True, middle_dim: int | None = None):
+                 bias: bool = True, causal: bool = True, pre_ln: bool = True, middle_dim: int | None = None,
+                 activation: str = "gelu"):
         super().__init__()
         self.pre_ln = pre_ln
         self.ln_1 = LayerNorm(n_embd, ln_eps)
         self.ln_2 = LayerNorm(n_embd, ln_eps)
         self.attention = MultiHeadAttention(n_embd, n_head, causal, p_dropout, bias)
-        self.ff = FeedForward(n_embd, middle_dim, p_dropout, bias)
+        self.ff = FeedForward(n_embd, middle_dim, p_dropout, bias, activation)
 
     def forward(self, x, pad_mask=None):
         if self.pre_ln:

@@ -9,7 +9,7 @@ What follows which part of the notes (and of the paper, Vaswani et al. 2017):
 - Linear, Embedding, Dropout ......... §4.1, §7.2 (inverted dropout; identity in eval mode)
 - LayerNorm .......................... §5.3 (biased variance, eps inside the sqrt, like torch)
 - MultiHeadAttention ................. §2.2-§2.3, §3.1-§3.3 (causal / pad masks, cross-attention)
-- FeedForward ........................ §5.1 (tanh GELU, as GPT-2 and HW3)
+- FeedForward ........................ §5.1 (tanh GELU as GPT-2 and HW3; ReLU as the paper)
 - TransformerLayer ................... §5.4: Pre-LN by default (GPT-2, HW3), Post-LN with pre_ln=False
 - DecoderLM .......................... §6.3 (GPT-2 / HW3: embeddings -> dropout -> N layers -> LN -> head)
 - sinusoidal_positions ............... §4.2
@@ -185,9 +185,11 @@ class Linear(Module):
 
 
 class Embedding(Module):
-    def __init__(self, num_embeddings: int, embedding_dim: int):
+    """A table of num_embeddings rows, initialised N(0, std²) (std = 1 as torch.nn.Embedding)."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, std: float = 1.0):
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
-        self.weights = Parameter(_init_rng.standard_normal((num_embeddings, embedding_dim)))
+        self.weights = Parameter(_init_rng.standard_normal((num_embeddings, embedding_dim)) * std)
 
     def forward(self, ids) -> Tensor:
         """
@@ -335,11 +337,21 @@ class MultiHeadAttention(Module):
         return self.out_dropout(self.out_projection(self.self_attention(q, kT, v, mask)))
 
 
-class FeedForward(Module):
-    """linear_out(GELU(linear_in(x))), middle_dim = 4·n_embd by default (notes §5.1)."""
+ACTIVATIONS = ("gelu", "relu")
 
-    def __init__(self, n_embd: int, middle_dim: int | None = None, p_dropout: float = 0.1, bias: bool = True):
+
+class FeedForward(Module):
+    """linear_out(act(linear_in(x))), middle_dim = 4·n_embd by default (notes §5.1).
+
+    activation: "gelu" (tanh GELU: GPT-2, HW3; the default) or "relu" (the 2017 paper, torch.nn's default).
+    """
+
+    def __init__(self, n_embd: int, middle_dim: int | None = None, p_dropout: float = 0.1, bias: bool = True,
+                 activation: str = "gelu"):
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"FeedForward: activation must be 'gelu' or 'relu', got {activation!r}")
         middle_dim = 4 * n_embd if middle_dim is None else middle_dim
+        self.activation = activation
         self.linear_in = Linear(n_embd, middle_dim, bias=bias)
         self.linear_out = Linear(middle_dim, n_embd, bias=bias)
         self.dropout = Dropout(p_dropout)
@@ -351,7 +363,9 @@ class FeedForward(Module):
         Returns:
             (B, S, D)
         """
-        return self.dropout(self.linear_out(gelu(self.linear_in(x))))
+        hidden = self.linear_in(x)
+        hidden = gelu(hidden) if self.activation == "gelu" else hidden.relu()
+        return self.dropout(self.linear_out(hidden))
 
 
 class TransformerLayer(Module):
@@ -362,12 +376,13 @@ class TransformerLayer(Module):
     """
 
     def __init__(self, n_embd: int, n_head: int, p_dropout: float = 0.1, ln_eps: float = 1e-5,
-                 bias: bool = True, causal: bool = True, pre_ln: bool = True, middle_dim: int | None = None):
+                 bias: bool = True, causal: bool = True, pre_ln: bool = True, middle_dim: int | None = None,
+                 activation: str = "gelu"):
         self.pre_ln = pre_ln
         self.ln_1 = LayerNorm(n_embd, eps=ln_eps)
         self.ln_2 = LayerNorm(n_embd, eps=ln_eps)
         self.attention = MultiHeadAttention(n_embd, n_head, causal=causal, p_dropout=p_dropout, bias=bias)
-        self.ff = FeedForward(n_embd, middle_dim=middle_dim, p_dropout=p_dropout, bias=bias)
+        self.ff = FeedForward(n_embd, middle_dim=middle_dim, p_dropout=p_dropout, bias=bias, activation=activation)
 
     def forward(self, x: Tensor, pad_mask=None) -> Tensor:
         """
