@@ -12,6 +12,8 @@ What follows which part of the notes (and of the paper, Vaswani et al. 2017):
 - FeedForward ........................ §5.1 (tanh GELU as GPT-2 and HW3; ReLU as the paper)
 - TransformerLayer ................... §5.4: Pre-LN by default (GPT-2, HW3), Post-LN with pre_ln=False
 - DecoderLM .......................... §6.3 (GPT-2 / HW3: embeddings -> dropout -> N layers -> LN -> head)
+- EncoderLayer, DecoderLayer ......... §3.3, §6.1 (the paper's layers: Post-LN and ReLU by default)
+- EncoderDecoder ..................... §1.1, §4.1, §4.4, §6.1-§6.2, §7.1 (the paper's model, teacher forcing)
 - sinusoidal_positions ............... §4.2
 
 Masks, written down once: an additive mask holds 0 where a query may look and MASK_VALUE (-1e9)
@@ -459,6 +461,180 @@ class DecoderLM(Module):
         return self.lm_head(x)
 
 
+class EncoderLayer(TransformerLayer):
+    """Encoder layer of the paper (notes §6.1): self-attention that sees the whole source (not causal,
+    padded keys hidden), then the FFN. Post-LN by default as in the paper, Pre-LN with pre_ln=True;
+    ReLU by default as in the paper. A TransformerLayer with those defaults: same names, same forward.
+    """
+
+    def __init__(self, n_embd: int, n_head: int, p_dropout: float = 0.1, ln_eps: float = 1e-5,
+                 bias: bool = True, pre_ln: bool = False, middle_dim: int | None = None,
+                 activation: str = "relu"):
+        super().__init__(n_embd, n_head, p_dropout, ln_eps, bias, causal=False, pre_ln=pre_ln,
+                         middle_dim=middle_dim, activation=activation)
+
+
+class DecoderLayer(Module):
+    """Decoder layer of the paper (notes §3.3, §6.1): causal self-attention, cross-attention whose keys
+    and values come from the encoder output (padded source positions hidden), then the FFN.
+
+    Post-LN (default, the paper):  y = ln_1(y + attention(y))
+                                   y = ln_2(y + cross_attention(y, memory))
+                                   y = ln_3(y + ff(y))
+    Pre-LN (pre_ln=True):          y = y + attention(ln_1(y))
+                                   y = y + cross_attention(ln_2(y), memory)
+                                   y = y + ff(ln_3(y))
+    """
+
+    def __init__(self, n_embd: int, n_head: int, p_dropout: float = 0.1, ln_eps: float = 1e-5,
+                 bias: bool = True, pre_ln: bool = False, middle_dim: int | None = None,
+                 activation: str = "relu"):
+        self.pre_ln = pre_ln
+        self.ln_1 = LayerNorm(n_embd, eps=ln_eps)
+        self.ln_2 = LayerNorm(n_embd, eps=ln_eps)
+        self.ln_3 = LayerNorm(n_embd, eps=ln_eps)
+        self.attention = MultiHeadAttention(n_embd, n_head, causal=True, p_dropout=p_dropout, bias=bias)
+        self.cross_attention = MultiHeadAttention(n_embd, n_head, causal=False, p_dropout=p_dropout, bias=bias)
+        self.ff = FeedForward(n_embd, middle_dim=middle_dim, p_dropout=p_dropout, bias=bias, activation=activation)
+
+    def forward(self, y: Tensor, memory: Tensor, src_pad_mask=None, tgt_pad_mask=None) -> Tensor:
+        """
+        Args:
+            y: (B, T, D) decoder stream; memory: (B, S, D) encoder output
+            src_pad_mask: (B, S), True at padded source positions; tgt_pad_mask: (B, T), True at pads
+        Returns:
+            (B, T, D)
+        """
+        if self.pre_ln:
+            y = y + self.attention(self.ln_1(y), pad_mask=tgt_pad_mask)
+            y = y + self.cross_attention(self.ln_2(y), kv=memory, pad_mask=src_pad_mask)
+            return y + self.ff(self.ln_3(y))
+        y = self.ln_1(y + self.attention(y, pad_mask=tgt_pad_mask))
+        y = self.ln_2(y + self.cross_attention(y, kv=memory, pad_mask=src_pad_mask))
+        return self.ln_3(y + self.ff(y))
+
+
+class EncoderDecoder(Module):
+    """The paper's encoder-decoder (notes §1.1, §6.1-§6.2; Vaswani et al. 2017):
+
+        source -> token_embeddings · √d + sinusoidal positions -> encoder_dropout -> n_layers EncoderLayers
+               (-> encoder_ln, Pre-LN only) = memory
+        target shifted right -> token_embeddings · √d + positions -> decoder_dropout
+               -> n_layers DecoderLayers (cross-attending to memory) (-> decoder_ln, Pre-LN only)
+               -> logits = y @ token_embeddingsᵀ
+
+    One table serves as source embedding, target embedding and output projection (§4.1); it starts
+    N(0, 1/d), so that after the ·√d of §4.4 a token vector has entries of variance 1, the scale of
+    the position encoding. Post-LN (the paper) ends every layer in a LayerNorm, so it needs no final
+    one; Pre-LN (pre_ln=True) leaves the residual stream unnormalised and adds encoder_ln/decoder_ln.
+
+    n_positions: the longest source or target the model accepts (the sinusoidal table is computed
+    once for that many positions). bos_id: the token the decoder input starts with (teacher forcing
+    shifts the target right by one, putting bos_id in front). Pad masks: bool, True at padded positions.
+    """
+
+    def __init__(self, n_vocab: int, n_embd: int, n_head: int, n_layers: int = 6, n_positions: int = 1024,
+                 p_dropout: float = 0.1, ln_eps: float = 1e-5, bias: bool = True, pre_ln: bool = False,
+                 middle_dim: int | None = None, activation: str = "relu", bos_id: int = 1):
+        if not 0 <= bos_id < n_vocab:
+            raise ValueError(f"EncoderDecoder: bos_id={bos_id} is not a token id (0..{n_vocab - 1})")
+        self.n_vocab, self.n_embd, self.n_positions, self.bos_id = n_vocab, n_embd, n_positions, bos_id
+        self.pre_ln = pre_ln
+        self.position_encoding = sinusoidal_positions(n_positions, n_embd)   # a constant, not a parameter
+        self.token_embeddings = Embedding(n_vocab, n_embd, std=n_embd ** -0.5)
+        self.encoder_dropout = Dropout(p_dropout)   # two modules, so each keeps its own last mask
+        self.decoder_dropout = Dropout(p_dropout)
+        layer_args = (n_embd, n_head, p_dropout, ln_eps, bias, pre_ln, middle_dim, activation)
+        self.encoder_layers = [EncoderLayer(*layer_args) for _ in range(n_layers)]
+        self.encoder_ln = LayerNorm(n_embd, eps=ln_eps) if pre_ln else None
+        self.decoder_layers = [DecoderLayer(*layer_args) for _ in range(n_layers)]
+        self.decoder_ln = LayerNorm(n_embd, eps=ln_eps) if pre_ln else None
+
+    def _check_ids(self, ids, what: str, start: int = 0) -> np.ndarray:
+        ids = np.asarray(ids)
+        if ids.ndim != 2 or ids.shape[1] == 0:
+            raise ValueError(f"EncoderDecoder: expected {what} token ids of shape (B, S) with S >= 1, "
+                             f"got {ids.shape}")
+        if start + ids.shape[1] > self.n_positions:
+            raise ValueError(f"EncoderDecoder: {what} length {start + ids.shape[1]} exceeds n_positions="
+                             f"{self.n_positions}, the longest sequence this model accepts; shorten the "
+                             f"{what} or build the model with a larger n_positions")
+        return ids
+
+    @staticmethod
+    def _check_pad_mask(pad_mask, ids: np.ndarray, name: str, what: str):
+        if pad_mask is None:
+            return None
+        pad_mask = np.asarray(pad_mask)
+        if pad_mask.shape != ids.shape:
+            raise ValueError(f"EncoderDecoder: {name} must have the shape of the {what} ids {ids.shape} "
+                             f"(True at padded positions), got {pad_mask.shape}")
+        return pad_mask.astype(bool)
+
+    def embed(self, ids, start: int = 0) -> Tensor:
+        """(B, S) ids at positions start.. -> (B, S, D) token_embeddings · √d + sinusoidal positions."""
+        x = self.token_embeddings(ids) * math.sqrt(self.n_embd)
+        return x + self.position_encoding[start:start + ids.shape[1]][None]   # (S, D) -> (1, S, D)
+
+    def shift_right(self, tgt, tgt_pad_mask=None):
+        """Teacher forcing's decoder input (notes §7.1): [bos, y_0, ..., y_{T-2}], and its pad mask."""
+        tgt = np.asarray(tgt)
+        bos = np.full((tgt.shape[0], 1), self.bos_id, dtype=tgt.dtype)
+        tgt_in = np.concatenate([bos, tgt[:, :-1]], axis=1)                # (B, T) -> (B, T)
+        if tgt_pad_mask is None:
+            return tgt_in, None
+        real = np.zeros((tgt.shape[0], 1), dtype=bool)
+        return tgt_in, np.concatenate([real, tgt_pad_mask[:, :-1]], axis=1)  # (B, T) -> (B, T)
+
+    def encode(self, src, src_pad_mask=None) -> Tensor:
+        """
+        Args:
+            src: (B, S) source ids; src_pad_mask: (B, S), True at padded positions
+        Returns:
+            memory: (B, S, D) the encoder output that every decoder layer cross-attends to
+        """
+        src = self._check_ids(src, "source")
+        src_pad_mask = self._check_pad_mask(src_pad_mask, src, "src_pad_mask", "source")
+        x = self.encoder_dropout(self.embed(src))
+        for layer in self.encoder_layers:
+            x = layer(x, pad_mask=src_pad_mask)
+        return self.encoder_ln(x) if self.encoder_ln is not None else x
+
+    def decode(self, tgt_in, memory: Tensor, src_pad_mask=None, tgt_in_pad_mask=None) -> Tensor:
+        """
+        Args:
+            tgt_in: (B, T) decoder input ids (already shifted right); memory: (B, S, D)
+            src_pad_mask: (B, S), True at padded source positions; tgt_in_pad_mask: (B, T)
+        Returns:
+            logits: (B, T, n_vocab); position t predicts the token after tgt_in[:, :t + 1]
+        """
+        tgt_in = self._check_ids(tgt_in, "target")
+        y = self.decoder_dropout(self.embed(tgt_in))
+        for layer in self.decoder_layers:
+            y = layer(y, memory, src_pad_mask=src_pad_mask, tgt_pad_mask=tgt_in_pad_mask)
+        if self.decoder_ln is not None:
+            y = self.decoder_ln(y)
+        return y @ self.token_embeddings.weights.permute(1, 0)     # (B, T, D) @ (D, V) -> (B, T, V)
+
+    def forward(self, src, tgt, src_pad_mask=None, tgt_pad_mask=None) -> Tensor:
+        """Teacher forcing (notes §7.1): every target position in one pass, the target shifted right.
+
+        Args:
+            src: (B, S) source ids; tgt: (B, T) target ids
+            src_pad_mask: (B, S), tgt_pad_mask: (B, T); True at padded positions
+        Returns:
+            logits: (B, T, n_vocab); logits[:, t] is the distribution of tgt[:, t] given tgt[:, :t] and src
+        """
+        src, tgt = self._check_ids(src, "source"), self._check_ids(tgt, "target")
+        if src.shape[0] != tgt.shape[0]:
+            raise ValueError(f"EncoderDecoder: source and target batch sizes differ ({src.shape[0]} vs "
+                             f"{tgt.shape[0]}); pass one target row per source row")
+        src_pad_mask = self._check_pad_mask(src_pad_mask, src, "src_pad_mask", "source")
+        tgt_pad_mask = self._check_pad_mask(tgt_pad_mask, tgt, "tgt_pad_mask", "target")
+        tgt_in, tgt_in_pad_mask = self.shift_right(tgt, tgt_pad_mask)
+        return self.decode(tgt_in, self.encode(src, src_pad_mask), src_pad_mask, tgt_in_pad_mask)
+
+
 def lm_loss(logits: Tensor, targets) -> Tensor:
     """Mean next-token cross-entropy over all positions: (B, S, V) logits, (B, S) targets."""
     batch_size, seq_len, n_vocab = logits.shape
@@ -524,5 +700,6 @@ def noam_lr(step, d_model: int = 512, warmup: int = 4000):
 
 __all__ = ["MASK_VALUE", "set_seed", "logsumexp", "softmax", "softmax_loss", "gelu", "sinusoidal_frequencies",
            "sinusoidal_positions", "Parameter", "Module", "Linear", "Embedding", "Dropout", "LayerNorm",
-           "MultiHeadAttention", "FeedForward", "TransformerLayer", "DecoderLM", "lm_loss", "SGD", "Adam", "noam_lr",
+           "MultiHeadAttention", "FeedForward", "TransformerLayer", "DecoderLM", "EncoderLayer",
+           "DecoderLayer", "EncoderDecoder", "lm_loss", "SGD", "Adam", "noam_lr",
            "Tensor", "no_grad"]
