@@ -535,7 +535,7 @@ class DecoderLM(Module):
 
     def new_cache(self, capacity: int) -> list:
         """One KVCache per layer, for up to `capacity` positions (prompt and generated tokens)."""
-        if not self.layers or not self.layers[0].attention.causal:
+        if not self.layers or not all(layer.attention.causal for layer in self.layers):
             raise ValueError("DecoderLM: a KV cache needs causal self-attention layers (causal=True)")
         if self.positions == "learned" and capacity > self.n_positions:
             raise ValueError(f"DecoderLM: a KV cache of {capacity} positions exceeds n_positions="
@@ -562,7 +562,7 @@ class DecoderLM(Module):
             raise ValueError(f"DecoderLM.generate: expected a prompt of shape (B, P) with P >= 1, "
                              f"got {prompt.shape}")
         rng = _check_decoding("DecoderLM.generate", max_new_tokens, sample, temperature, rng)
-        if not self.layers[0].attention.causal:
+        if not all(layer.attention.causal for layer in self.layers):
             raise ValueError("DecoderLM.generate: the model is not causal (causal=False): each position "
                              "sees the future, so it cannot generate left to right")
         total = prompt.shape[1] + max_new_tokens
@@ -573,7 +573,7 @@ class DecoderLM(Module):
                              f"{max(self.n_positions - prompt.shape[1], 0)} new tokens or build the model "
                              f"with a larger n_positions")
         # the last token is only returned, never fed back: the cache needs total - 1 positions
-        cache = self.new_cache(total - 1) if use_cache and max_new_tokens > 0 else None
+        cache = self.new_cache(total - 1) if use_cache and max_new_tokens > 0 and self.layers else None
 
         def step(generated):
             if cache is None:
