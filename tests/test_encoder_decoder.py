@@ -236,16 +236,15 @@ def test_gradient_feedforward_activations(activation):
 
 
 @pytest.mark.parametrize("pre_ln", [False, True], ids=["post_ln", "pre_ln"])
-def test_gradient_encoder_and_decoder_layers(pre_ln):
+def test_gradient_decoder_layer(pre_ln):
+    """EncoderLayer is TransformerLayer with other defaults (checked in test_transformer); the decoder
+    layer's three sub-layers and its cross-attention to memory are new wiring."""
     pad = np.array([[False, False, True], [False, False, False]])
-    enc = randomize_layernorms(tr.EncoderLayer(4, 2, p_dropout=0.0, pre_ln=pre_ln, middle_dim=6,
-                                         activation="gelu"))   # a narrow FFN keeps the check quick
-    x = leaf((2, 3, 4), "permuted")
-    check_gradients(lambda: enc(x, pad_mask=pad), enc.parameters() + [x])
     dec = randomize_layernorms(tr.DecoderLayer(4, 2, p_dropout=0.0, pre_ln=pre_ln, middle_dim=6,
-                                         activation="gelu"))
+                                               activation="gelu"))       # a narrow FFN keeps the check quick
     y, memory = leaf((2, 2, 4), seed=1), leaf((2, 3, 4), "permuted", seed=2)
     check_gradients(lambda: dec(y, memory, src_pad_mask=pad), dec.parameters() + [y, memory])
+    assert isinstance(tr.EncoderLayer(4, 2), tr.TransformerLayer) and not tr.EncoderLayer(4, 2).attention.causal
 
 
 def test_gradient_encoder_decoder_shared_embedding_and_final_layernorms():
