@@ -34,9 +34,9 @@ class Linear(nn.Module):
 
 
 class Embedding(nn.Module):
-    def __init__(self, num_embeddings: int, embedding_dim: int):
+    def __init__(self, num_embeddings: int, embedding_dim: int, std: float = 1.0):
         super().__init__()
-        self.weights = nn.Parameter(torch.randn(num_embeddings, embedding_dim, dtype=DTYPE))
+        self.weights = nn.Parameter(torch.randn(num_embeddings, embedding_dim, dtype=DTYPE) * std)
 
     def forward(self, ids):
         return self.weights[ids]
@@ -118,26 +118,31 @@ class MultiHeadAttention(nn.Module):
 
 
 class FeedForward(nn.Module):
-    def __init__(self, n_embd: int, middle_dim: int | None = None, p_dropout: float = 0.1, bias: bool = True):
+    def __init__(self, n_embd: int, middle_dim: int | None = None, p_dropout: float = 0.1, bias: bool = True,
+                 activation: str = "gelu"):
         super().__init__()
         middle_dim = 4 * n_embd if middle_dim is None else middle_dim
+        self.activation = activation
         self.linear_in = Linear(n_embd, middle_dim, bias)
         self.linear_out = Linear(middle_dim, n_embd, bias)
         self.dropout = Dropout(p_dropout)
 
     def forward(self, x):
-        return self.dropout(self.linear_out(F.gelu(self.linear_in(x), approximate="tanh")))
+        hidden = self.linear_in(x)
+        hidden = F.gelu(hidden, approximate="tanh") if self.activation == "gelu" else F.relu(hidden)
+        return self.dropout(self.linear_out(hidden))
 
 
 class TransformerLayer(nn.Module):
     def __init__(self, n_embd: int, n_head: int, p_dropout: float = 0.1, ln_eps: float = 1e-5,
-                 bias: bool = True, causal: bool = True, pre_ln: bool = True, middle_dim: int | None = None):
+                 bias: bool = True, causal: bool = True, pre_ln: bool = True, middle_dim: int | None = None,
+                 activation: str = "gelu"):
         super().__init__()
         self.pre_ln = pre_ln
         self.ln_1 = LayerNorm(n_embd, ln_eps)
         self.ln_2 = LayerNorm(n_embd, ln_eps)
         self.attention = MultiHeadAttention(n_embd, n_head, causal, p_dropout, bias)
-        self.ff = FeedForward(n_embd, middle_dim, p_dropout, bias)
+        self.ff = FeedForward(n_embd, middle_dim, p_dropout, bias, activation)
 
     def forward(self, x, pad_mask=None):
         if self.pre_ln:
@@ -183,6 +188,199 @@ class DecoderLM(nn.Module):
         if self.tie_weights:
             return x @ self.token_embeddings.weights.T
         return self.lm_head(x)
+
+
+class EncoderLayer(TransformerLayer):
+    def __init__(self, n_embd: int, n_head: int, p_dropout: float = 0.1, ln_eps: float = 1e-5,
+                 bias: bool = True, pre_ln: bool = False, middle_dim: int | None = None,
+                 activation: str = "relu"):
+        super().__init__(n_embd, n_head, p_dropout, ln_eps, bias, causal=False, pre_ln=pre_ln,
+                         middle_dim=middle_dim, activation=activation)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, n_embd: int, n_head: int, p_dropout: float = 0.1, ln_eps: float = 1e-5,
+                 bias: bool = True, pre_ln: bool = False, middle_dim: int | None = None,
+                 activation: str = "relu"):
+        super().__init__()
+        self.pre_ln = pre_ln
+        self.ln_1 = LayerNorm(n_embd, ln_eps)
+        self.ln_2 = LayerNorm(n_embd, ln_eps)
+        self.ln_3 = LayerNorm(n_embd, ln_eps)
+        self.attention = MultiHeadAttention(n_embd, n_head, True, p_dropout, bias)
+        self.cross_attention = MultiHeadAttention(n_embd, n_head, False, p_dropout, bias)
+        self.ff = FeedForward(n_embd, middle_dim, p_dropout, bias, activation)
+
+    def forward(self, y, memory, src_pad_mask=None, tgt_pad_mask=None):
+        if self.pre_ln:
+            y = y + self.attention(self.ln_1(y), pad_mask=tgt_pad_mask)
+            y = y + self.cross_attention(self.ln_2(y), kv=memory, pad_mask=src_pad_mask)
+            return y + self.ff(self.ln_3(y))
+        y = self.ln_1(y + self.attention(y, pad_mask=tgt_pad_mask))
+        y = self.ln_2(y + self.cross_attention(y, kv=memory, pad_mask=src_pad_mask))
+        return self.ln_3(y + self.ff(y))
+
+
+def _shift_right(tgt, tgt_pad_mask, bos_id: int):
+    """[bos, y_0, ..., y_{T-2}] and its pad mask (position 0, the bos, is never a pad)."""
+    tgt_in = torch.cat([torch.full_like(tgt[:, :1], bos_id), tgt[:, :-1]], dim=1)
+    if tgt_pad_mask is None:
+        return tgt_in, None
+    return tgt_in, torch.cat([torch.zeros_like(tgt_pad_mask[:, :1]), tgt_pad_mask[:, :-1]], dim=1)
+
+
+def _as_ids(ids):
+    return ids if torch.is_tensor(ids) else torch.as_tensor(np.asarray(ids))
+
+
+def _as_mask(mask):
+    return None if mask is None else torch.as_tensor(np.asarray(mask), dtype=torch.bool)
+
+
+class EncoderDecoder(nn.Module):
+    def __init__(self, n_vocab: int, n_embd: int, n_head: int, n_layers: int = 6, n_positions: int = 1024,
+                 p_dropout: float = 0.1, ln_eps: float = 1e-5, bias: bool = True, pre_ln: bool = False,
+                 middle_dim: int | None = None, activation: str = "relu", bos_id: int = 1):
+        super().__init__()
+        self.n_embd, self.bos_id = n_embd, bos_id
+        self.register_buffer("position_encoding", torch.from_numpy(sinusoidal_positions(n_positions, n_embd)),
+                             persistent=False)
+        self.token_embeddings = Embedding(n_vocab, n_embd, std=n_embd ** -0.5)
+        self.encoder_dropout = Dropout(p_dropout)
+        self.decoder_dropout = Dropout(p_dropout)
+        layer_args = (n_embd, n_head, p_dropout, ln_eps, bias, pre_ln, middle_dim, activation)
+        self.encoder_layers = nn.ModuleList(EncoderLayer(*layer_args) for _ in range(n_layers))
+        self.encoder_ln = LayerNorm(n_embd, ln_eps) if pre_ln else None
+        self.decoder_layers = nn.ModuleList(DecoderLayer(*layer_args) for _ in range(n_layers))
+        self.decoder_ln = LayerNorm(n_embd, ln_eps) if pre_ln else None
+
+    def embed(self, ids):
+        x = self.token_embeddings(ids) * math.sqrt(self.n_embd)
+        return x + self.position_encoding[:ids.shape[1]].to(x.dtype)
+
+    def encode(self, src, src_pad_mask=None):
+        x = self.encoder_dropout(self.embed(_as_ids(src)))
+        for layer in self.encoder_layers:
+            x = layer(x, pad_mask=src_pad_mask)
+        return self.encoder_ln(x) if self.encoder_ln is not None else x
+
+    def decode(self, tgt_in, memory, src_pad_mask=None, tgt_in_pad_mask=None):
+        y = self.decoder_dropout(self.embed(_as_ids(tgt_in)))
+        for layer in self.decoder_layers:
+            y = layer(y, memory, src_pad_mask=src_pad_mask, tgt_pad_mask=tgt_in_pad_mask)
+        if self.decoder_ln is not None:
+            y = self.decoder_ln(y)
+        return y @ self.token_embeddings.weights.T
+
+    def forward(self, src, tgt, src_pad_mask=None, tgt_pad_mask=None):
+        src_pad_mask, tgt_pad_mask = _as_mask(src_pad_mask), _as_mask(tgt_pad_mask)
+        tgt_in, tgt_in_pad_mask = _shift_right(_as_ids(tgt), tgt_pad_mask, self.bos_id)
+        return self.decode(tgt_in, self.encode(src, src_pad_mask), src_pad_mask, tgt_in_pad_mask)
+
+
+class TorchNNEncoderDecoder(nn.Module):
+    """PyTorch's own Transformer (torch.nn.Transformer) inside the same embedding and output layer as
+    EncoderDecoder: the independent reference for it. Float64, no dropout.
+
+    Which final LayerNorms: torch.nn.Transformer builds one after the encoder and one after the decoder
+    even when norm_first=False, which the paper's Post-LN model does not have (each of its layers already
+    ends in a LayerNorm). So the encoder and decoder are built here as nn.TransformerEncoder and
+    nn.TransformerDecoder and handed to nn.Transformer as custom_encoder/custom_decoder, with norm=None
+    for Post-LN (norm_first=False, the paper) and norm=nn.LayerNorm for Pre-LN (norm_first=True), as
+    EncoderDecoder's encoder_ln/decoder_ln. Biases on (torch's bias=False would drop LayerNorm biases too).
+
+    activation: "relu" (torch.nn's default, the paper) or "gelu", passed as the callable
+    F.gelu(x, approximate="tanh"): torch.nn's own "gelu" string is the erf form, not GPT-2's tanh form.
+    """
+
+    def __init__(self, n_vocab: int, n_embd: int, n_head: int, n_layers: int = 6, n_positions: int = 1024,
+                 ln_eps: float = 1e-5, pre_ln: bool = False, middle_dim: int | None = None,
+                 activation: str = "relu", bos_id: int = 1):
+        super().__init__()
+        self.n_embd, self.bos_id = n_embd, bos_id
+        middle_dim = 4 * n_embd if middle_dim is None else middle_dim
+        act = "relu" if activation == "relu" else (lambda x: F.gelu(x, approximate="tanh"))
+        common = dict(d_model=n_embd, nhead=n_head, dim_feedforward=middle_dim, dropout=0.0, activation=act,
+                      layer_norm_eps=ln_eps, batch_first=True, norm_first=pre_ln, dtype=DTYPE)
+        final_norm = (lambda: nn.LayerNorm(n_embd, eps=ln_eps, dtype=DTYPE)) if pre_ln else (lambda: None)
+        encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(**common), n_layers, norm=final_norm(),
+                                        enable_nested_tensor=False)
+        decoder = nn.TransformerDecoder(nn.TransformerDecoderLayer(**common), n_layers, norm=final_norm())
+        self.embedding = nn.Embedding(n_vocab, n_embd, dtype=DTYPE)
+        self.transformer = nn.Transformer(n_embd, n_head, custom_encoder=encoder, custom_decoder=decoder,
+                                          batch_first=True, dtype=DTYPE)
+        self.register_buffer("position_encoding", torch.from_numpy(sinusoidal_positions(n_positions, n_embd)),
+                             persistent=False)
+
+    def embed(self, ids):
+        return self.embedding(ids) * math.sqrt(self.n_embd) + self.position_encoding[:ids.shape[1]]
+
+    def forward(self, src, tgt, src_pad_mask=None, tgt_pad_mask=None):
+        src_pad_mask, tgt_pad_mask = _as_mask(src_pad_mask), _as_mask(tgt_pad_mask)
+        tgt_in, tgt_in_pad_mask = _shift_right(_as_ids(tgt), tgt_pad_mask, self.bos_id)
+        causal = torch.triu(torch.ones(tgt_in.shape[1], tgt_in.shape[1], dtype=torch.bool), 1)  # True: hidden
+        out = self.transformer(self.embed(_as_ids(src)), self.embed(tgt_in), tgt_mask=causal,
+                               src_key_padding_mask=src_pad_mask, tgt_key_padding_mask=tgt_in_pad_mask,
+                               memory_key_padding_mask=src_pad_mask, tgt_is_causal=True)
+        return out @ self.embedding.weight.T
+
+
+_QKV = ("q_projection", "k_projection", "v_projection")
+
+
+def _torch_nn_location(reference: TorchNNEncoderDecoder, name: str):
+    """Where EncoderDecoder's parameter `name` lives in the reference:
+    (torch parameter, rows of it or None, whether ours is its transpose)."""
+    parts = name.split(".")
+    kind = "weight" if parts[-1] == "weights" else "bias"
+    transposed = kind == "weight"     # Linear: ours (in, out), torch (out, in)
+    if name == "token_embeddings.weights":
+        return reference.embedding.weight, None, False
+    if parts[0] in ("encoder_ln", "decoder_ln"):
+        stack = reference.transformer.encoder if parts[0] == "encoder_ln" else reference.transformer.decoder
+        return getattr(stack.norm, kind), None, False
+    stack = reference.transformer.encoder if parts[0] == "encoder_layers" else reference.transformer.decoder
+    layer, sub = stack.layers[int(parts[1])], parts[2]
+    if sub.startswith("ln_"):
+        return getattr(getattr(layer, "norm" + sub[-1]), kind), None, False
+    if sub == "ff":
+        return getattr(layer.linear1 if parts[3] == "linear_in" else layer.linear2, kind), None, transposed
+    attention = layer.self_attn if sub == "attention" else layer.multihead_attn
+    if parts[3] == "out_projection":
+        return getattr(attention.out_proj, kind), None, transposed
+    d = attention.embed_dim
+    i = _QKV.index(parts[3])          # in_proj stacks q, k, v
+    return getattr(attention, "in_proj_" + kind), slice(i * d, (i + 1) * d), transposed
+
+
+def copy_to_torch_nn(reference: TorchNNEncoderDecoder, ours) -> TorchNNEncoderDecoder:
+    """Copy every parameter of our EncoderDecoder into the torch.nn reference; every one of the
+    reference's numbers is written exactly once (checked)."""
+    written = 0
+    with torch.no_grad():
+        for name, p in ours.named_parameters():
+            target, rows, transposed = _torch_nn_location(reference, name)
+            value = torch.from_numpy(p.data.T if transposed else p.data)
+            region = target if rows is None else target[rows]
+            if tuple(region.shape) != tuple(value.shape):
+                raise ValueError(f"copy_to_torch_nn: {name} has shape {tuple(value.shape)}, its place in the "
+                                 f"reference {tuple(region.shape)}")
+            region.copy_(value)
+            written += value.numel()
+    total = sum(p.numel() for p in reference.parameters())
+    if written != total:
+        raise ValueError(f"copy_to_torch_nn: wrote {written} of the reference's {total} numbers")
+    return reference.train(False)
+
+
+def torch_nn_gradients(reference: TorchNNEncoderDecoder, ours) -> dict:
+    """Our parameter name -> the reference's gradient for it, in our layout, as a numpy array."""
+    result = {}
+    for name, _ in ours.named_parameters():
+        source, rows, transposed = _torch_nn_location(reference, name)
+        g = source.grad if rows is None else source.grad[rows]
+        result[name] = (g.T if transposed else g).detach().numpy()
+    return result
 
 
 def copy_from(twin: nn.Module, ours) -> nn.Module:

@@ -9,9 +9,12 @@ What follows which part of the notes (and of the paper, Vaswani et al. 2017):
 - Linear, Embedding, Dropout ......... §4.1, §7.2 (inverted dropout; identity in eval mode)
 - LayerNorm .......................... §5.3 (biased variance, eps inside the sqrt, like torch)
 - MultiHeadAttention ................. §2.2-§2.3, §3.1-§3.3 (causal / pad masks, cross-attention)
-- FeedForward ........................ §5.1 (tanh GELU, as GPT-2 and HW3)
+- FeedForward ........................ §5.1 (tanh GELU as GPT-2 and HW3; ReLU as the paper)
 - TransformerLayer ................... §5.4: Pre-LN by default (GPT-2, HW3), Post-LN with pre_ln=False
 - DecoderLM .......................... §6.3 (GPT-2 / HW3: embeddings -> dropout -> N layers -> LN -> head)
+- EncoderLayer, DecoderLayer ......... §3.3, §6.1 (the paper's layers: Post-LN and ReLU by default)
+- EncoderDecoder ..................... §1.1, §4.1, §4.4, §6.1-§6.2, §7.1 (the paper's model, teacher forcing)
+- KVCache, generate .................. §2.3, §7.6, exercise 11 (greedy / sampled decoding, one token per step)
 - sinusoidal_positions ............... §4.2
 
 Masks, written down once: an additive mask holds 0 where a query may look and MASK_VALUE (-1e9)
@@ -22,6 +25,8 @@ its scores are equal: float64 keeps s - 1e9 apart for different s (float32 would
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -183,9 +188,11 @@ class Linear(Module):
 
 
 class Embedding(Module):
-    def __init__(self, num_embeddings: int, embedding_dim: int):
+    """A table of num_embeddings rows, initialised N(0, std²) (std = 1 as torch.nn.Embedding)."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, std: float = 1.0):
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
-        self.weights = Parameter(_init_rng.standard_normal((num_embeddings, embedding_dim)))
+        self.weights = Parameter(_init_rng.standard_normal((num_embeddings, embedding_dim)) * std)
 
     def forward(self, ids) -> Tensor:
         """
@@ -241,6 +248,45 @@ class LayerNorm(Module):
         variance = (centred * centred).mean(axis=-1, keepdims=True)
         inv_std = ((variance + self.eps).log() * -0.5).exp()  # 1/√(σ² + eps) from exp and log
         return centred * inv_std * self.weights + self.bias
+
+
+class KVCache:
+    """The keys and values one attention sub-layer keeps between decoding steps, so that a new token
+    costs one position's projections and FFN instead of a rerun over the whole prefix (exercise 11).
+
+    capacity=L (causal self-attention): keys (B, h, Dh, L) and values (B, h, L, Dh) at their final size.
+    A step writes its n new positions as kT + kT_new @ P, with P the (n, L) 0/1 placement matrix:
+    tensor.py has no slicing or concatenation, and 0/1 weights copy exactly. Slots not yet written are
+    masked like the future (MASK_VALUE), so they get weight exactly 0.
+    capacity=None (cross-attention): the keys and values of the encoder output, projected on the first
+    step and only read afterwards.
+    """
+
+    def __init__(self, capacity: int | None = None):
+        if capacity is not None and capacity < 1:
+            raise ValueError(f"KVCache: capacity must be >= 1 position, got {capacity}")
+        self.capacity = capacity
+        self.kT = self.v = None
+        self.length = 0                      # positions written so far (self-attention)
+
+    def write(self, kT_new: Tensor, v_new: Tensor):
+        """Append n positions: kT_new (B, h, Dh, n), v_new (B, h, n, Dh)."""
+        n_new = kT_new.shape[-1]
+        if self.length + n_new > self.capacity:
+            raise ValueError(f"KVCache: cannot write {n_new} more position(s) after {self.length}: the cache "
+                             f"holds {self.capacity}; make it with a larger capacity")
+        place = np.zeros((n_new, self.capacity))
+        place[np.arange(n_new), self.length + np.arange(n_new)] = 1.0
+        kT_placed = kT_new @ Tensor(place)                 # (B, h, Dh, n) @ (n, L) -> (B, h, Dh, L)
+        v_placed = Tensor(place.T) @ v_new                 # (L, n) @ (B, h, n, Dh) -> (B, h, L, Dh)
+        self.kT = kT_placed if self.kT is None else self.kT + kT_placed
+        self.v = v_placed if self.v is None else self.v + v_placed
+        self.length += n_new
+
+    def causal_mask(self, n_new: int) -> Tensor:
+        """(1, 1, n, L) for the n positions just written: each sees the cache up to itself."""
+        first = self.length - n_new
+        return Tensor(MASK_VALUE * np.triu(np.ones((1, 1, n_new, self.capacity)), k=first + 1))
 
 
 class MultiHeadAttention(Module):
@@ -308,15 +354,18 @@ class MultiHeadAttention(Module):
         out = out.permute(0, 2, 1, 3).contiguous()       # -> (B, S_q, h, Dh), copied once
         return out.view(batch_size, seq_len, n_head * head_dim)  # -> (B, S_q, D)
 
-    def forward(self, x: Tensor, kv: Tensor | None = None, pad_mask=None) -> Tensor:
+    def forward(self, x: Tensor, kv: Tensor | None = None, pad_mask=None, cache: KVCache | None = None) -> Tensor:
         """
         Args:
             x: (B, S, D); kv: (B, S_k, D) for cross-attention; pad_mask: (B, S_k), True at pads
+            cache: decoding only (see KVCache); x then holds just the new positions
         Returns:
             (B, S, D)
         """
         if x.ndim != 3 or x.shape[-1] != self.n_embd:
             raise ValueError(f"MultiHeadAttention: expected x of shape (B, S, {self.n_embd}), got {x.shape}")
+        if cache is not None:
+            return self.out_dropout(self.out_projection(self._attend_with_cache(x, kv, pad_mask, cache)))
         q, kT, v = self.project_to_query_key_value(x, kv)
         mask = None
         if self.causal:
@@ -332,12 +381,46 @@ class MultiHeadAttention(Module):
             mask = pad if mask is None else mask + pad
         return self.out_dropout(self.out_projection(self.self_attention(q, kT, v, mask)))
 
+    def _attend_with_cache(self, x: Tensor, kv, pad_mask, cache: KVCache) -> Tensor:
+        """(B, n, D) new positions -> (B, n, D) heads concatenated, keys and values from the cache."""
+        if cache.capacity is None:                        # cross-attention: project the encoder output once
+            if cache.kT is None:
+                if kv is None:
+                    raise ValueError("MultiHeadAttention: a cross-attention cache needs kv= (the encoder "
+                                     "output) on its first step")
+                q, cache.kT, cache.v = self.project_to_query_key_value(x, kv)
+            else:
+                q = self._split_heads(self.q_projection(x))   # (B, n, D) -> (B, h, n, Dh)
+            mask = None
+            if pad_mask is not None:
+                mask = self.create_pad_mask(pad_mask)
+                if mask.shape[0] != x.shape[0] or mask.shape[-1] != cache.kT.shape[-1]:
+                    raise ValueError(f"MultiHeadAttention: pad_mask must have shape (B, S_k) = "
+                                     f"({x.shape[0]}, {cache.kT.shape[-1]}), got {np.shape(pad_mask)}")
+            return self.self_attention(q, cache.kT, cache.v, mask)
+        if not self.causal or kv is not None or pad_mask is not None:
+            raise ValueError("MultiHeadAttention: a KV cache with a capacity serves causal self-attention "
+                             "without padding; for cross-attention use KVCache() (capacity None)")
+        q, kT_new, v_new = self.project_to_query_key_value(x)
+        cache.write(kT_new, v_new)
+        return self.self_attention(q, cache.kT, cache.v, cache.causal_mask(x.shape[1]))
+
+
+ACTIVATIONS = ("gelu", "relu")
+
 
 class FeedForward(Module):
-    """linear_out(GELU(linear_in(x))), middle_dim = 4·n_embd by default (notes §5.1)."""
+    """linear_out(act(linear_in(x))), middle_dim = 4·n_embd by default (notes §5.1).
 
-    def __init__(self, n_embd: int, middle_dim: int | None = None, p_dropout: float = 0.1, bias: bool = True):
+    activation: "gelu" (tanh GELU: GPT-2, HW3; the default) or "relu" (the 2017 paper, torch.nn's default).
+    """
+
+    def __init__(self, n_embd: int, middle_dim: int | None = None, p_dropout: float = 0.1, bias: bool = True,
+                 activation: str = "gelu"):
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"FeedForward: activation must be 'gelu' or 'relu', got {activation!r}")
         middle_dim = 4 * n_embd if middle_dim is None else middle_dim
+        self.activation = activation
         self.linear_in = Linear(n_embd, middle_dim, bias=bias)
         self.linear_out = Linear(middle_dim, n_embd, bias=bias)
         self.dropout = Dropout(p_dropout)
@@ -349,7 +432,9 @@ class FeedForward(Module):
         Returns:
             (B, S, D)
         """
-        return self.dropout(self.linear_out(gelu(self.linear_in(x))))
+        hidden = self.linear_in(x)
+        hidden = gelu(hidden) if self.activation == "gelu" else hidden.relu()
+        return self.dropout(self.linear_out(hidden))
 
 
 class TransformerLayer(Module):
@@ -360,24 +445,25 @@ class TransformerLayer(Module):
     """
 
     def __init__(self, n_embd: int, n_head: int, p_dropout: float = 0.1, ln_eps: float = 1e-5,
-                 bias: bool = True, causal: bool = True, pre_ln: bool = True, middle_dim: int | None = None):
+                 bias: bool = True, causal: bool = True, pre_ln: bool = True, middle_dim: int | None = None,
+                 activation: str = "gelu"):
         self.pre_ln = pre_ln
         self.ln_1 = LayerNorm(n_embd, eps=ln_eps)
         self.ln_2 = LayerNorm(n_embd, eps=ln_eps)
         self.attention = MultiHeadAttention(n_embd, n_head, causal=causal, p_dropout=p_dropout, bias=bias)
-        self.ff = FeedForward(n_embd, middle_dim=middle_dim, p_dropout=p_dropout, bias=bias)
+        self.ff = FeedForward(n_embd, middle_dim=middle_dim, p_dropout=p_dropout, bias=bias, activation=activation)
 
-    def forward(self, x: Tensor, pad_mask=None) -> Tensor:
+    def forward(self, x: Tensor, pad_mask=None, cache: KVCache | None = None) -> Tensor:
         """
         Args:
-            x: (B, S, D); pad_mask: (B, S), True at padded positions
+            x: (B, S, D); pad_mask: (B, S), True at padded positions; cache: decoding only
         Returns:
             (B, S, D)
         """
         if self.pre_ln:
-            x = x + self.attention(self.ln_1(x), pad_mask=pad_mask)
+            x = x + self.attention(self.ln_1(x), pad_mask=pad_mask, cache=cache)
             return x + self.ff(self.ln_2(x))
-        x = self.ln_1(x + self.attention(x, pad_mask=pad_mask))
+        x = self.ln_1(x + self.attention(x, pad_mask=pad_mask, cache=cache))
         return self.ln_2(x + self.ff(x))
 
 
@@ -406,12 +492,12 @@ class DecoderLM(Module):
         self.ln = LayerNorm(n_embd, eps=ln_eps) if pre_ln else None
         self.lm_head = None if tie_weights else Linear(n_embd, n_vocab, bias=False)
 
-    def embed(self, idx) -> Tensor:
-        """(B, S) ids -> (B, S, D) token + position embeddings."""
+    def embed(self, idx, start: int = 0) -> Tensor:
+        """(B, S) ids at positions start.. -> (B, S, D) token + position embeddings."""
         idx = np.asarray(idx)
         if idx.ndim != 2:
             raise ValueError(f"DecoderLM: expected token ids of shape (B, S), got {idx.shape}")
-        seq_len = idx.shape[1]
+        seq_len = start + idx.shape[1]      # with a cache, the positions before start count too
         if self.positions == "learned" and seq_len > self.n_positions:  # only a table has a last row
             missing = (f"position {seq_len - 1}" if seq_len == self.n_positions + 1
                        else f"positions {self.n_positions}..{seq_len - 1}")
@@ -420,26 +506,395 @@ class DecoderLM(Module):
                              f"or build the model with a larger n_positions")
         x = self.token_embeddings(idx)
         if self.positions == "learned":
-            x = x + self.position_embeddings(np.arange(seq_len)[None, :])   # (1, S, D) broadcast over B
+            x = x + self.position_embeddings(np.arange(start, seq_len)[None, :])   # (1, S, D) broadcast over B
         elif self.positions == "sinusoidal":
-            x = x + sinusoidal_positions(seq_len, self.n_embd)[None]
+            x = x + sinusoidal_positions(seq_len, self.n_embd)[start:][None]     # (S, D) -> (1, S, D)
         return x
 
-    def forward(self, idx, pad_mask=None) -> Tensor:
+    def forward(self, idx, pad_mask=None, cache: list | None = None) -> Tensor:
         """
         Args:
             idx: (B, S) token ids; pad_mask: (B, S), True at padded positions
+            cache: decoding only, from new_cache; idx then holds just the positions not yet cached
         Returns:
             logits: (B, S, n_vocab)
         """
-        x = self.dropout(self.embed(idx))
-        for layer in self.layers:
-            x = layer(x, pad_mask=pad_mask)
+        if cache is not None and len(cache) != len(self.layers):
+            raise ValueError(f"DecoderLM: cache has {len(cache)} entries for {len(self.layers)} layers; "
+                             f"make it with new_cache")
+        x = self.dropout(self.embed(idx, start=0 if cache is None else cache[0].length))
+        for i, layer in enumerate(self.layers):
+            x = layer(x, pad_mask=pad_mask, cache=None if cache is None else cache[i])
         if self.ln is not None:
             x = self.ln(x)
         if self.tie_weights:
             return x @ self.token_embeddings.weights.permute(1, 0)  # (B, S, D) @ (D, V) -> (B, S, V)
         return self.lm_head(x)
+
+    def new_cache(self, capacity: int) -> list:
+        """One KVCache per layer, for up to `capacity` positions (prompt and generated tokens)."""
+        if not self.layers or not all(layer.attention.causal for layer in self.layers):
+            raise ValueError("DecoderLM: a KV cache needs causal self-attention layers (causal=True)")
+        if self.positions == "learned" and capacity > self.n_positions:
+            raise ValueError(f"DecoderLM: a KV cache of {capacity} positions exceeds n_positions="
+                             f"{self.n_positions}: the learned position table has no row past position "
+                             f"{self.n_positions - 1}; ask for at most {self.n_positions}")
+        return [KVCache(capacity) for _ in self.layers]
+
+    def generate(self, prompt, max_new_tokens: int, *, sample: bool = False, temperature: float = 1.0,
+                 rng=None, end_id: int | None = None, pad_id: int = 0, use_cache: bool = True) -> "Generation":
+        """Continue every prompt row by up to max_new_tokens tokens, one per step (exercise 11).
+
+        Args:
+            prompt: (B, P) token ids, P >= 1 (rows of equal length: no padding)
+            max_new_tokens: >= 0; with learned positions P + max_new_tokens must fit in n_positions
+            sample: False: greedy (the argmax); True: draw from softmax(logits / temperature) with
+                rng, a np.random.Generator (or an int seed), so a seed fixes every draw
+            end_id: a row stops after this token; later steps give it pad_id
+            use_cache: False reruns the whole prefix every step (the baseline the cache is timed against)
+        Returns:
+            Generation: tokens (B, T), lengths (B,), logits (B, T, n_vocab), n_forward, positions_computed
+        """
+        prompt = np.asarray(prompt)
+        if prompt.ndim != 2 or prompt.shape[1] == 0:
+            raise ValueError(f"DecoderLM.generate: expected a prompt of shape (B, P) with P >= 1, "
+                             f"got {prompt.shape}")
+        rng = _check_decoding("DecoderLM.generate", max_new_tokens, sample, temperature, rng)
+        if not all(layer.attention.causal for layer in self.layers):
+            raise ValueError("DecoderLM.generate: the model is not causal (causal=False): each position "
+                             "sees the future, so it cannot generate left to right")
+        total = prompt.shape[1] + max_new_tokens
+        if self.positions == "learned" and total > self.n_positions:
+            raise ValueError(f"DecoderLM.generate: prompt length {prompt.shape[1]} + max_new_tokens "
+                             f"{max_new_tokens} = {total} exceeds n_positions={self.n_positions}: the learned "
+                             f"position table has no row past position {self.n_positions - 1}; ask for at most "
+                             f"{max(self.n_positions - prompt.shape[1], 0)} new tokens or build the model "
+                             f"with a larger n_positions")
+        # the last token is only returned, never fed back: the cache needs total - 1 positions
+        cache = self.new_cache(total - 1) if use_cache and max_new_tokens > 0 and self.layers else None
+
+        def step(generated):
+            if cache is None:
+                ids = np.concatenate([prompt, generated], axis=1)      # (B, P + t): the whole prefix
+            else:
+                ids = prompt if generated.shape[1] == 0 else generated[:, -1:]   # only what is not cached
+            return _last_position(self(ids, cache=cache)), ids.shape[1]
+
+        with _decoding(self):
+            return _decode(step, np.full(prompt.shape[0], max_new_tokens), self.n_vocab, sample,
+                           temperature, rng, end_id, pad_id)
+
+
+class EncoderLayer(TransformerLayer):
+    """Encoder layer of the paper (notes §6.1): self-attention that sees the whole source (not causal,
+    padded keys hidden), then the FFN. Post-LN by default as in the paper, Pre-LN with pre_ln=True;
+    ReLU by default as in the paper. A TransformerLayer with those defaults: same names, same forward.
+    """
+
+    def __init__(self, n_embd: int, n_head: int, p_dropout: float = 0.1, ln_eps: float = 1e-5,
+                 bias: bool = True, pre_ln: bool = False, middle_dim: int | None = None,
+                 activation: str = "relu"):
+        super().__init__(n_embd, n_head, p_dropout, ln_eps, bias, causal=False, pre_ln=pre_ln,
+                         middle_dim=middle_dim, activation=activation)
+
+
+class DecoderLayer(Module):
+    """Decoder layer of the paper (notes §3.3, §6.1): causal self-attention, cross-attention whose keys
+    and values come from the encoder output (padded source positions hidden), then the FFN.
+
+    Post-LN (default, the paper):  y = ln_1(y + attention(y))
+                                   y = ln_2(y + cross_attention(y, memory))
+                                   y = ln_3(y + ff(y))
+    Pre-LN (pre_ln=True):          y = y + attention(ln_1(y))
+                                   y = y + cross_attention(ln_2(y), memory)
+                                   y = y + ff(ln_3(y))
+    """
+
+    def __init__(self, n_embd: int, n_head: int, p_dropout: float = 0.1, ln_eps: float = 1e-5,
+                 bias: bool = True, pre_ln: bool = False, middle_dim: int | None = None,
+                 activation: str = "relu"):
+        self.pre_ln = pre_ln
+        self.ln_1 = LayerNorm(n_embd, eps=ln_eps)
+        self.ln_2 = LayerNorm(n_embd, eps=ln_eps)
+        self.ln_3 = LayerNorm(n_embd, eps=ln_eps)
+        self.attention = MultiHeadAttention(n_embd, n_head, causal=True, p_dropout=p_dropout, bias=bias)
+        self.cross_attention = MultiHeadAttention(n_embd, n_head, causal=False, p_dropout=p_dropout, bias=bias)
+        self.ff = FeedForward(n_embd, middle_dim=middle_dim, p_dropout=p_dropout, bias=bias, activation=activation)
+
+    def forward(self, y: Tensor, memory: Tensor, src_pad_mask=None, tgt_pad_mask=None, cache=None) -> Tensor:
+        """
+        Args:
+            y: (B, T, D) decoder stream; memory: (B, S, D) encoder output
+            src_pad_mask: (B, S), True at padded source positions; tgt_pad_mask: (B, T), True at pads
+            cache: decoding only, a (self-attention KVCache, cross-attention KVCache) pair
+        Returns:
+            (B, T, D)
+        """
+        self_cache, cross_cache = (None, None) if cache is None else cache
+        if self.pre_ln:
+            y = y + self.attention(self.ln_1(y), pad_mask=tgt_pad_mask, cache=self_cache)
+            y = y + self.cross_attention(self.ln_2(y), kv=memory, pad_mask=src_pad_mask, cache=cross_cache)
+            return y + self.ff(self.ln_3(y))
+        y = self.ln_1(y + self.attention(y, pad_mask=tgt_pad_mask, cache=self_cache))
+        y = self.ln_2(y + self.cross_attention(y, kv=memory, pad_mask=src_pad_mask, cache=cross_cache))
+        return self.ln_3(y + self.ff(y))
+
+
+class EncoderDecoder(Module):
+    """The paper's encoder-decoder (notes §1.1, §6.1-§6.2; Vaswani et al. 2017):
+
+        source -> token_embeddings · √d + sinusoidal positions -> encoder_dropout -> n_layers EncoderLayers
+               (-> encoder_ln, Pre-LN only) = memory
+        target shifted right -> token_embeddings · √d + positions -> decoder_dropout
+               -> n_layers DecoderLayers (cross-attending to memory) (-> decoder_ln, Pre-LN only)
+               -> logits = y @ token_embeddingsᵀ
+
+    One table serves as source embedding, target embedding and output projection (§4.1); it starts
+    N(0, 1/d), so that after the ·√d of §4.4 a token vector has entries of variance 1, the scale of
+    the position encoding. Post-LN (the paper) ends every layer in a LayerNorm, so it needs no final
+    one; Pre-LN (pre_ln=True) leaves the residual stream unnormalised and adds encoder_ln/decoder_ln.
+
+    n_positions: the longest source or target the model accepts (the sinusoidal table is computed
+    once for that many positions). bos_id: the token the decoder input starts with (teacher forcing
+    shifts the target right by one, putting bos_id in front). Pad masks: bool, True at padded positions.
+    """
+
+    def __init__(self, n_vocab: int, n_embd: int, n_head: int, n_layers: int = 6, n_positions: int = 1024,
+                 p_dropout: float = 0.1, ln_eps: float = 1e-5, bias: bool = True, pre_ln: bool = False,
+                 middle_dim: int | None = None, activation: str = "relu", bos_id: int = 1):
+        if not 0 <= bos_id < n_vocab:
+            raise ValueError(f"EncoderDecoder: bos_id={bos_id} is not a token id (0..{n_vocab - 1})")
+        self.n_vocab, self.n_embd, self.n_positions, self.bos_id = n_vocab, n_embd, n_positions, bos_id
+        self.pre_ln = pre_ln
+        self.position_encoding = sinusoidal_positions(n_positions, n_embd)   # a constant, not a parameter
+        self.token_embeddings = Embedding(n_vocab, n_embd, std=n_embd ** -0.5)
+        self.encoder_dropout = Dropout(p_dropout)   # two modules, so each keeps its own last mask
+        self.decoder_dropout = Dropout(p_dropout)
+        layer_args = (n_embd, n_head, p_dropout, ln_eps, bias, pre_ln, middle_dim, activation)
+        self.encoder_layers = [EncoderLayer(*layer_args) for _ in range(n_layers)]
+        self.encoder_ln = LayerNorm(n_embd, eps=ln_eps) if pre_ln else None
+        self.decoder_layers = [DecoderLayer(*layer_args) for _ in range(n_layers)]
+        self.decoder_ln = LayerNorm(n_embd, eps=ln_eps) if pre_ln else None
+
+    def _check_ids(self, ids, what: str, start: int = 0) -> np.ndarray:
+        ids = np.asarray(ids)
+        if ids.ndim != 2 or ids.shape[1] == 0:
+            raise ValueError(f"EncoderDecoder: expected {what} token ids of shape (B, S) with S >= 1, "
+                             f"got {ids.shape}")
+        if start + ids.shape[1] > self.n_positions:
+            raise ValueError(f"EncoderDecoder: {what} length {start + ids.shape[1]} exceeds n_positions="
+                             f"{self.n_positions}, the longest sequence this model accepts; shorten the "
+                             f"{what} or build the model with a larger n_positions")
+        return ids
+
+    @staticmethod
+    def _check_pad_mask(pad_mask, ids: np.ndarray, name: str, what: str):
+        if pad_mask is None:
+            return None
+        pad_mask = np.asarray(pad_mask)
+        if pad_mask.shape != ids.shape:
+            raise ValueError(f"EncoderDecoder: {name} must have the shape of the {what} ids {ids.shape} "
+                             f"(True at padded positions), got {pad_mask.shape}")
+        return pad_mask.astype(bool)
+
+    def embed(self, ids, start: int = 0) -> Tensor:
+        """(B, S) ids at positions start.. -> (B, S, D) token_embeddings · √d + sinusoidal positions."""
+        x = self.token_embeddings(ids) * math.sqrt(self.n_embd)
+        return x + self.position_encoding[start:start + ids.shape[1]][None]   # (S, D) -> (1, S, D)
+
+    def shift_right(self, tgt, tgt_pad_mask=None):
+        """Teacher forcing's decoder input (notes §7.1): [bos, y_0, ..., y_{T-2}], and its pad mask."""
+        tgt = np.asarray(tgt)
+        bos = np.full((tgt.shape[0], 1), self.bos_id, dtype=tgt.dtype)
+        tgt_in = np.concatenate([bos, tgt[:, :-1]], axis=1)                # (B, T) -> (B, T)
+        if tgt_pad_mask is None:
+            return tgt_in, None
+        real = np.zeros((tgt.shape[0], 1), dtype=bool)
+        return tgt_in, np.concatenate([real, tgt_pad_mask[:, :-1]], axis=1)  # (B, T) -> (B, T)
+
+    def encode(self, src, src_pad_mask=None) -> Tensor:
+        """
+        Args:
+            src: (B, S) source ids; src_pad_mask: (B, S), True at padded positions
+        Returns:
+            memory: (B, S, D) the encoder output that every decoder layer cross-attends to
+        """
+        src = self._check_ids(src, "source")
+        src_pad_mask = self._check_pad_mask(src_pad_mask, src, "src_pad_mask", "source")
+        x = self.encoder_dropout(self.embed(src))
+        for layer in self.encoder_layers:
+            x = layer(x, pad_mask=src_pad_mask)
+        return self.encoder_ln(x) if self.encoder_ln is not None else x
+
+    def decode(self, tgt_in, memory: Tensor, src_pad_mask=None, tgt_in_pad_mask=None,
+               cache: list | None = None) -> Tensor:
+        """
+        Args:
+            tgt_in: (B, T) decoder input ids (already shifted right); memory: (B, S, D)
+            src_pad_mask: (B, S), True at padded source positions; tgt_in_pad_mask: (B, T)
+            cache: decoding only, from new_cache; tgt_in then holds just the positions not yet cached
+        Returns:
+            logits: (B, T, n_vocab); position t predicts the token after tgt_in[:, :t + 1]
+        """
+        if cache is not None and len(cache) != len(self.decoder_layers):
+            raise ValueError(f"EncoderDecoder: cache has {len(cache)} entries for {len(self.decoder_layers)} "
+                             f"decoder layers; make it with new_cache")
+        start = 0 if cache is None else cache[0][0].length
+        tgt_in = self._check_ids(tgt_in, "target", start)
+        y = self.decoder_dropout(self.embed(tgt_in, start))
+        for i, layer in enumerate(self.decoder_layers):
+            y = layer(y, memory, src_pad_mask=src_pad_mask, tgt_pad_mask=tgt_in_pad_mask,
+                      cache=None if cache is None else cache[i])
+        if self.decoder_ln is not None:
+            y = self.decoder_ln(y)
+        return y @ self.token_embeddings.weights.permute(1, 0)     # (B, T, D) @ (D, V) -> (B, T, V)
+
+    def forward(self, src, tgt, src_pad_mask=None, tgt_pad_mask=None) -> Tensor:
+        """Teacher forcing (notes §7.1): every target position in one pass, the target shifted right.
+
+        Args:
+            src: (B, S) source ids; tgt: (B, T) target ids
+            src_pad_mask: (B, S), tgt_pad_mask: (B, T); True at padded positions
+        Returns:
+            logits: (B, T, n_vocab); logits[:, t] is the distribution of tgt[:, t] given tgt[:, :t] and src
+        """
+        src, tgt = self._check_ids(src, "source"), self._check_ids(tgt, "target")
+        if src.shape[0] != tgt.shape[0]:
+            raise ValueError(f"EncoderDecoder: source and target batch sizes differ ({src.shape[0]} vs "
+                             f"{tgt.shape[0]}); pass one target row per source row")
+        src_pad_mask = self._check_pad_mask(src_pad_mask, src, "src_pad_mask", "source")
+        tgt_pad_mask = self._check_pad_mask(tgt_pad_mask, tgt, "tgt_pad_mask", "target")
+        tgt_in, tgt_in_pad_mask = self.shift_right(tgt, tgt_pad_mask)
+        return self.decode(tgt_in, self.encode(src, src_pad_mask), src_pad_mask, tgt_in_pad_mask)
+
+    def new_cache(self, capacity: int) -> list:
+        """Per decoder layer a (self-attention KVCache(capacity), cross-attention KVCache()) pair."""
+        if capacity > self.n_positions:
+            raise ValueError(f"EncoderDecoder: a KV cache of {capacity} positions exceeds n_positions="
+                             f"{self.n_positions}; ask for at most {self.n_positions}")
+        return [(KVCache(capacity), KVCache()) for _ in self.decoder_layers]
+
+    def generate(self, src, src_pad_mask=None, max_new_tokens: int | None = None, *, sample: bool = False,
+                 temperature: float = 1.0, rng=None, end_id: int | None = None, pad_id: int = 0,
+                 use_cache: bool = True) -> "Generation":
+        """Translate: encode the source once, then decode from bos_id one token per step (notes §1.1).
+
+        Args:
+            src: (B, S) source ids; src_pad_mask: (B, S), True at padded positions
+            max_new_tokens: None: each row's own source length + 50 (the paper's limit, notes §7.6),
+                at most n_positions; an int >= 0: the same limit for every row
+            sample, temperature, rng, end_id, pad_id: as DecoderLM.generate
+            use_cache: False reruns the decoder over the whole prefix every step (the encoder runs
+                once either way; the cache also keeps the cross-attention keys/values of the memory)
+        Returns:
+            Generation: tokens (B, T) without the bos, lengths (B,), logits (B, T, n_vocab), n_forward,
+            positions_computed
+        """
+        src = self._check_ids(src, "source")
+        src_pad_mask = self._check_pad_mask(src_pad_mask, src, "src_pad_mask", "source")
+        rng = _check_decoding("EncoderDecoder.generate", max_new_tokens, sample, temperature, rng)
+        if max_new_tokens is None:
+            src_lengths = src.shape[1] - (0 if src_pad_mask is None else src_pad_mask.sum(axis=1))
+            limits = np.minimum(np.broadcast_to(src_lengths + 50, (src.shape[0],)), self.n_positions)
+        elif max_new_tokens > self.n_positions:
+            raise ValueError(f"EncoderDecoder.generate: max_new_tokens={max_new_tokens} exceeds n_positions="
+                             f"{self.n_positions}, the longest target this model accepts; ask for at most "
+                             f"{self.n_positions} or build the model with a larger n_positions")
+        else:
+            limits = np.full(src.shape[0], max_new_tokens)
+        bos = np.full((src.shape[0], 1), self.bos_id)
+        with _decoding(self):
+            memory = self.encode(src, src_pad_mask)
+            cache = self.new_cache(int(limits.max())) if use_cache and limits.max() > 0 else None
+
+            def step(generated):
+                if cache is None:
+                    ids = np.concatenate([bos, generated], axis=1)     # (B, 1 + t): the whole prefix
+                else:
+                    ids = bos if generated.shape[1] == 0 else generated[:, -1:]
+                return _last_position(self.decode(ids, memory, src_pad_mask, cache=cache)), ids.shape[1]
+
+            return _decode(step, limits, self.n_vocab, sample, temperature, rng, end_id, pad_id)
+
+
+# ---- decoding ----------------------------------------------------------------------------------
+@dataclass
+class Generation:
+    """What generate returns."""
+    tokens: np.ndarray          # (B, T) chosen tokens; pad_id after a row has finished
+    lengths: np.ndarray         # (B,) tokens each row generated, its end token included
+    logits: np.ndarray          # (B, T, V) the logits each token was chosen from (before temperature)
+    n_forward: int              # forward passes of the decoder, one per step
+    positions_computed: int     # positions run through the decoder per row, summed over the steps:
+                                # with the cache prompt + T - 1, without it a whole prefix per step
+
+
+def _check_decoding(who: str, max_new_tokens, sample: bool, temperature: float, rng):
+    if max_new_tokens is not None and (not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 0):
+        raise ValueError(f"{who}: max_new_tokens must be an integer >= 0, got {max_new_tokens!r}; "
+                         f"0 generates nothing")
+    if not sample:
+        return rng
+    if not temperature > 0:
+        raise ValueError(f"{who}: temperature must be > 0 when sampling (the logits are divided by it), "
+                         f"got {temperature}; for the most likely token use sample=False (greedy)")
+    if isinstance(rng, (int, np.integer)):
+        return np.random.default_rng(rng)
+    if not isinstance(rng, np.random.Generator):
+        raise ValueError(f"{who}: sampling needs rng=np.random.default_rng(seed) (or an int seed), so that "
+                         f"a seed fixes every draw; got {rng!r}")
+    return rng
+
+
+@contextmanager
+def _decoding(model: Module):
+    """Eval mode (no dropout) and no graph while decoding; the model's mode is restored afterwards."""
+    was_training = model.training
+    model.eval()
+    try:
+        with no_grad():
+            yield
+    finally:
+        model.train(was_training)
+
+
+def _last_position(logits: Tensor) -> Tensor:
+    """(B, S, V) -> (B, V), the last position. tensor.py has no indexing: a 0/1 row picks it, exactly."""
+    batch_size, seq_len, n_vocab = logits.shape
+    if seq_len > 1:
+        pick = np.zeros((1, seq_len))
+        pick[0, -1] = 1.0
+        logits = Tensor(pick) @ logits               # (1, S) @ (B, S, V) -> (B, 1, V)
+    return logits.view(batch_size, n_vocab)          # (B, 1, V) -> (B, V)
+
+
+def _choose_tokens(logits: Tensor, sample: bool, temperature: float, rng) -> np.ndarray:
+    """(B, V) logits -> (B,) token ids. Sampling is the Gumbel-max trick: argmax(z/T + g) with
+    g ~ Gumbel(0, 1) drawn from rng is an exact draw from softmax(z/T), one rng call per step."""
+    if sample:
+        logits = logits * (1.0 / temperature) + Tensor(rng.gumbel(size=logits.shape))
+    return np.argmax(logits.numpy(), axis=-1)        # reading the result to choose; no arithmetic
+
+
+def _decode(step, limits: np.ndarray, n_vocab: int, sample: bool, temperature: float, rng,
+            end_id: int | None, pad_id: int) -> Generation:
+    """The loop both generate methods share. step(generated (B, t)) -> (next logits (B, V), positions
+    it ran). Row b stops after end_id or after limits[b] tokens; the batch stops when every row has."""
+    batch_size = len(limits)
+    generated = np.zeros((batch_size, 0), dtype=np.int64)
+    lengths = np.zeros(batch_size, dtype=np.int64)
+    finished = limits <= 0
+    steps_logits, n_forward, positions = [], 0, 0
+    while not finished.all():
+        logits, n_positions = step(generated)
+        n_forward, positions = n_forward + 1, positions + n_positions
+        chosen = np.where(finished, pad_id, _choose_tokens(logits, sample, temperature, rng))
+        lengths += ~finished
+        finished = finished | (lengths >= limits) | (end_id is not None and chosen == end_id)
+        generated = np.concatenate([generated, chosen[:, None]], axis=1)     # (B, t) -> (B, t + 1)
+        steps_logits.append(logits.numpy())
+    logits_all = np.stack(steps_logits, axis=1) if steps_logits else np.zeros((batch_size, 0, n_vocab))
+    return Generation(generated, lengths, logits_all, n_forward, positions)
 
 
 def lm_loss(logits: Tensor, targets) -> Tensor:
@@ -507,5 +962,6 @@ def noam_lr(step, d_model: int = 512, warmup: int = 4000):
 
 __all__ = ["MASK_VALUE", "set_seed", "logsumexp", "softmax", "softmax_loss", "gelu", "sinusoidal_frequencies",
            "sinusoidal_positions", "Parameter", "Module", "Linear", "Embedding", "Dropout", "LayerNorm",
-           "MultiHeadAttention", "FeedForward", "TransformerLayer", "DecoderLM", "lm_loss", "SGD", "Adam", "noam_lr",
+           "MultiHeadAttention", "FeedForward", "TransformerLayer", "DecoderLM", "EncoderLayer",
+           "DecoderLayer", "EncoderDecoder", "KVCache", "Generation", "lm_loss", "SGD", "Adam", "noam_lr",
            "Tensor", "no_grad"]
