@@ -114,3 +114,20 @@ def test_train_many_after_the_parent_used_several_threads_does_not_hang():
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "2"
+
+
+def test_the_harness_adam_is_torch_optim_adam_bit_for_bit():
+    import torch
+    model = city_train.build_model(n_layers=1, n_embd=16, n_head=2, seed=4)
+    twin = city_train.build_model(n_layers=1, n_embd=16, n_head=2, seed=4)
+    ours, theirs = city_train.Adam(model.parameters(), lr=3e-3), torch.optim.Adam(twin.parameters(), lr=3e-3, foreach=True)
+    x = torch.from_numpy(city_lab.test_set().x[:4])
+    for step in range(5):
+        for m, opt in ((model, ours), (twin, theirs)):
+            opt.zero_grad()
+            m(x).square().mean().backward()
+            opt.lr = 3e-3 * (step + 1) / 5                      # our lr, as train() sets it each step
+            for group in getattr(opt, "param_groups", []):
+                group["lr"] = 3e-3 * (step + 1) / 5
+            opt.step()
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), twin.parameters()))

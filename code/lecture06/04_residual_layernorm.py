@@ -1,9 +1,8 @@
 """Script 04 · Residuals, LayerNorm, Post-LN vs Pre-LN: gradient gain, LN vs BatchNorm, training stability.
 
 Serves notes §5.2 (part 1), §5.3 (part 2) and §5.4 (parts 3 and 4). Parts 1-3 measure at initialisation;
-part 4 trains six 6-layer models on the city language (city_lab.py), two at a time in worker processes.
-Runtime: about 55 s on 2 idle cores (about 95 s of CPU, most of it part 4's six runs in two worker
-processes); `--quick` (four runs of 100 steps in part 4) about 16 s.
+part 4 trains 6-layer models on the city language (city_train.py): five configurations, each at --seeds
+seeds (default 3), two runs at a time in worker processes. Runtime: RUNTIME_TBD
 
     python code/lecture06/04_residual_layernorm.py [--part N] [--seed S] [--quick] [--no-figures]
 """
@@ -226,96 +225,148 @@ def draw_layer_grad_norms(r, figures_dir):
 
 # ---- Part 4 · §5.4 ------------------------------------------------------------------------------
 SMALL_LR, LARGE_LR, WARMUP = 1e-3, 6e-3, 100
-RUNS = (("Post-LN", SMALL_LR, 0), ("Pre-LN", SMALL_LR, 0),
-        ("Post-LN", LARGE_LR, 0), ("Post-LN", LARGE_LR, WARMUP), ("Pre-LN", LARGE_LR, 0), ("Pre-LN", LARGE_LR, WARMUP))
-FULL = dict(runs=RUNS, steps=400, eval_every=50)
-# --quick: four runs, 100 steps, a 50-step warmup: Post-LN at the small lr; at the large lr Post-LN without and
-# with warmup, and Pre-LN. It shows who fails and who trains; it is too short to show the instability.
-QUICK = dict(runs=(("Post-LN", SMALL_LR, 0), ("Post-LN", LARGE_LR, 0), ("Post-LN", LARGE_LR, 50),
-                   ("Pre-LN", LARGE_LR, 0)), steps=100, eval_every=50)
+CONFIGS = (("Post-LN", SMALL_LR, 0), ("Pre-LN", SMALL_LR, 0),
+           ("Post-LN", LARGE_LR, 0), ("Post-LN", LARGE_LR, WARMUP), ("Pre-LN", LARGE_LR, 0))
+FULL = dict(configs=CONFIGS, steps=400, window=50)
+# --quick: the three large-lr runs, 200 steps, a 50-step warmup: who fails, who trains, who climbs back
+QUICK = dict(configs=(("Post-LN", LARGE_LR, 0), ("Post-LN", LARGE_LR, 50), ("Pre-LN", LARGE_LR, 0)),
+             steps=200, window=50)
 
 
-def training_stability(runs=RUNS, steps: int = 400, eval_every: int = 50, n_layers: int = 6, n_embd: int = 64,
-                       n_head: int = 4, batch_size: int = 8, init: str = "xavier", seed: int = 0,
+def training_stability(configs=CONFIGS, seeds=(0, 1, 2), steps: int = 400, window: int = 50, n_layers: int = 6,
+                       n_embd: int = 64, n_head: int = 4, batch_size: int = 8, init: str = "xavier",
                        workers: int = 2, progress: str | None = None) -> dict:
-    """Train one DecoderLM per (placement, lr, warmup) in `runs` on the city language: Adam, the lr
-    constant after the warmup, the same seed (parameters and data) for every run. Returns each run's
-    city_train.TrainResult with its settings, and the unigram/bigram levels for comparison.
+    """Train one DecoderLM per (placement, lr, warmup) in `configs` and seed in `seeds` on the city language:
+    Adam, the lr constant after the warmup; a run's seed draws its weights and its batches.
+
+    Every batch is fresh data, scored before the step that trains on it, so the batch excess is held out:
+    `windows` are its means over consecutive `window` steps, `climb` how far its `window`-step moving mean
+    ever rose above its best so far (0.25: 25% above). The test set is scored once, after the last step.
 
     init="xavier" (the original Transformer's) makes every branch start about as large as the
     residual stream; with "gpt2" or "default" the early failure of Post-LN did not show (README).
     """
     specs = [dict(model=dict(n_layers=n_layers, n_embd=n_embd, n_head=n_head, pre_ln=(placement == "Pre-LN"),
                              init=init, seed=seed),
-                  training=dict(lr=lr, warmup=warmup, steps=steps, batch_size=batch_size, eval_every=eval_every,
+                  training=dict(lr=lr, warmup=warmup, steps=steps, batch_size=batch_size, eval_every=None,
                                 seed=seed))
-             for placement, lr, warmup in runs]
-    results = city_train.train_many(specs, workers=workers, progress=progress)
-    return {"runs": [dict(placement=p, lr=lr, warmup=w, result=res) for (p, lr, w), res in zip(runs, results)],
-            "steps": steps, "n_layers": n_layers, "n_embd": n_embd, "n_head": n_head, "batch_size": batch_size,
-            "init": init, "seed": seed, "baselines": city_lab.baseline_excess_mnats()}
+             for placement, lr, warmup in configs for seed in seeds]
+    results = iter(city_train.train_many(specs, workers=workers, progress=progress))
+    runs = []
+    for placement, lr, warmup in configs:
+        for seed in seeds:
+            res = next(results)
+            runs.append(dict(placement=placement, lr=lr, warmup=warmup, seed=seed, final=res.final_excess,
+                             batch_excess=res.train_excess, windows=window_means(res.train_excess, window),
+                             climb=worst_climb(res.train_excess, window)))
+    return {"runs": runs, "configs": list(configs), "seeds": list(seeds), "steps": steps, "window": window,
+            "n_layers": n_layers, "n_embd": n_embd, "n_head": n_head, "batch_size": batch_size, "init": init,
+            "baselines": city_lab.baseline_excess_mnats()}
+
+
+def window_means(excess, window: int) -> list[float]:
+    """Means of consecutive `window`-step blocks (steps 1..window, window+1..2·window, ...)."""
+    n = len(excess) // window
+    return [float(v) for v in np.asarray(excess[:n * window]).reshape(n, window).mean(axis=1)]
+
+
+def worst_climb(excess, window: int) -> float:
+    """The largest relative rise of the `window`-step moving mean of `excess` above its lowest earlier value."""
+    moving = np.convolve(excess, np.ones(window) / window, mode="valid")
+    best_before = np.minimum.accumulate(moving)[:-1]
+    return float(max(0.0, (moving[1:] / best_before).max() - 1.0))
+
+
+def stability_claims(r) -> dict:
+    """§5.4's statements, each as (seeds where it holds, seeds measured), for the configurations run."""
+    unigram, bigram = r["baselines"]["unigram"], r["baselines"]["bigram"]
+    by = {}
+    for run in r["runs"]:
+        by.setdefault((run["placement"], run["lr"], run["warmup"]), {})[run["seed"]] = run
+    n = len(r["seeds"])
+    claims = {}
+    for (placement, lr, warmup), runs in by.items():
+        claims["trains", placement, lr, warmup] = (sum(run["final"] < bigram for run in runs.values()), n)
+        claims["fails", placement, lr, warmup] = (sum(run["final"] > 0.9 * unigram for run in runs.values()), n)
+    for warmup in sorted({w for p, lr, w in by if p == "Post-LN" and lr == LARGE_LR and w}):
+        post, pre = by.get(("Post-LN", LARGE_LR, warmup)), by.get(("Pre-LN", LARGE_LR, 0))
+        if post and pre:
+            claims["climbs more", warmup] = (sum(post[s]["climb"] > pre[s]["climb"] for s in r["seeds"]), n)
+    return claims
+
+
+def _spread(values) -> str:
+    return f"{np.median(values):.0f} ({min(values):.0f}-{max(values):.0f})"
 
 
 def show_training_stability(args):
+    settings = QUICK if args.quick else FULL
     with common.stopwatch() as elapsed:
-        r = training_stability(**(QUICK if args.quick else FULL), seed=args.seed, progress="part 4")
+        r = training_stability(**settings, seeds=tuple(args.seed + i for i in range(args.seeds)), progress="part 4")
+    first, window, unigram = r["seeds"][0], r["window"], r["baselines"]["unigram"]
     common.header(4, "§5.4", "Post-LN vs Pre-LN: training with and without warmup")
     common.note(f"{r['n_layers']}-layer DecoderLM, d = {r['n_embd']}, h = {r['n_head']}, {r['init']} init, no dropout; "
                 f"Adam, batch {r['batch_size']} × {city_lab.SEQ_LEN}, {r['steps']} steps, lr constant after the "
-                f"warmup; seed {r['seed']}")
-    common.note(f"test cross-entropy minus the exact bound ({city_lab.lower_bound():.4f} nats/token), in mnat/token; "
-                f"for scale: unigram model {r['baselines']['unigram']:+.0f}, bigram model {r['baselines']['bigram']:+.0f}")
-    steps = [step for step, _, _ in r["runs"][0]["result"].curve[1:]]
-    rows = [[run["placement"], run["lr"], run["warmup"], *[c[2] for c in run["result"].curve[1:]],
-             run["result"].best_excess, rises(run["result"])] for run in r["runs"]]
-    common.table(rows, ["", "lr", "warmup", *[f"step {s}" for s in steps], "best", "rises"],
-                 floatfmt=("", "g", "d") + (".0f",) * (len(steps) + 1) + ("d",))
-    common.note("rises: how many times the test excess went up from one evaluation to the next")
+                f"warmup; seeds {r['seeds']} (a seed draws the weights and the batches)")
+    common.note(f"excess cross-entropy over the exact bound ({city_lab.lower_bound():.4f} nats/token), in mnat/token; "
+                f"for scale: unigram model {unigram:+.0f}, bigram model {r['baselines']['bigram']:+.0f}")
+    common.note(f"Seed {first}: the mean excess of the fresh batches of each {window} steps (each batch scored before "
+                "the step that trains on it, so held out), the test set's after the last step, and the worst climb: "
+                f"how far the {window}-step mean ever rose above its best so far.")
+    starts = range(0, len(r["runs"][0]["windows"]) * window, window)
+    rows = [[run["placement"], run["lr"], run["warmup"], *run["windows"], run["final"], f"{100 * run['climb']:+.0f}%"]
+            for run in r["runs"] if run["seed"] == first]
+    common.table(rows, ["", "lr", "warmup", *[f"{s + 1}-{s + window}" for s in starts], "test", "worst climb"],
+                 floatfmt=("", "g", "d") + (".0f",) * (len(starts) + 1) + ("",), kernel_dependent=True)
+    common.note(f"Over {len(r['seeds'])} seeds: median (min-max)")
+    rows = []
+    for placement, lr, warmup in r["configs"]:
+        runs = [run for run in r["runs"] if (run["placement"], run["lr"], run["warmup"]) == (placement, lr, warmup)]
+        rows.append([placement, lr, warmup, _spread([run["final"] for run in runs]),
+                     _spread([100 * run["climb"] for run in runs]) + " %"])
+    common.table(rows, ["", "lr", "warmup", "test excess at the end", "worst climb"], floatfmt=("", "g", "d"),
+                 disable_numparse=True, kernel_dependent=True)
     for line in stability_summary(r):
         common.note(line)
     common.timing(f"part 4: {len(r['runs'])} runs on 2 worker processes in {elapsed():.1f} s")
     draw_training_curves(r, args.figures)
 
 
-def rises(result) -> int:
-    """How many times the test excess went up between consecutive evaluations after training began."""
-    test = [c[2] for c in result.curve[1:]]
-    return sum(b > a for a, b in zip(test, test[1:]))
-
-
 def stability_summary(r) -> list[str]:
-    """The table's story in words, with the numbers of this run (only for the runs it holds)."""
-    runs = {(run["placement"], run["lr"], run["warmup"]): run["result"] for run in r["runs"]}
-    unigram, lines = r["baselines"]["unigram"], []
-    small = [f"{p} {runs[p, SMALL_LR, 0].final_excess:.0f}" for p in ("Post-LN", "Pre-LN") if (p, SMALL_LR, 0) in runs]
-    if small:
-        lines.append(f"lr {SMALL_LR:g}: {', '.join(small)} mnat/token at the end.")
-    failed, pre = runs.get(("Post-LN", LARGE_LR, 0)), runs.get(("Pre-LN", LARGE_LR, 0))
-    if failed and pre:
-        ratio = failed.final_excess / unigram
-        lines.append(f"lr {LARGE_LR:g} without warmup: Post-LN ends at {failed.final_excess:.0f}, {ratio:.2f}× the "
-                     f"unigram model's excess{' (no better than ignoring the context)' if ratio > 0.9 else ''}; "
-                     f"Pre-LN at {pre.final_excess:.0f}.")
-    for (placement, lr, warmup), res in runs.items():
-        if lr == LARGE_LR and warmup and placement == "Post-LN":
-            best_step = min(res.curve, key=lambda c: c[2])[0]
-            lines.append(f"lr {lr:g} after {warmup} warmup steps: Post-LN's best is {res.best_excess:.0f} "
-                         f"at step {best_step}, and it ends at {res.final_excess:.0f}.")
+    """§5.4's statements with the count of seeds where each holds (only for the configurations run)."""
+    claims, lines = stability_claims(r), []
+    count = "{} of {} seeds".format
+    if ("trains", "Post-LN", SMALL_LR, 0) in claims and ("trains", "Pre-LN", SMALL_LR, 0) in claims:
+        lines.append(f"lr {SMALL_LR:g}: Post-LN trains (ends below the bigram model) in "
+                     f"{count(*claims['trains', 'Post-LN', SMALL_LR, 0])}, Pre-LN in "
+                     f"{count(*claims['trains', 'Pre-LN', SMALL_LR, 0])}.")
+    if ("fails", "Post-LN", LARGE_LR, 0) in claims and ("trains", "Pre-LN", LARGE_LR, 0) in claims:
+        lines.append(f"lr {LARGE_LR:g} without warmup: Post-LN stays at the unigram level (ends above 0.9× its "
+                     f"excess, no better than ignoring the context) in {count(*claims['fails', 'Post-LN', LARGE_LR, 0])}; "
+                     f"Pre-LN trains in {count(*claims['trains', 'Pre-LN', LARGE_LR, 0])}.")
+    for key, (k, n) in claims.items():
+        if key[0] == "climbs more":
+            warmup = key[1]
+            lines.append(f"lr {LARGE_LR:g} after {warmup} warmup steps: Post-LN trains in "
+                         f"{count(*claims['trains', 'Post-LN', LARGE_LR, warmup])}, but unstably: its held-out loss "
+                         f"climbs back further than Pre-LN's (no warmup) in {count(k, n)}.")
     return lines
 
 
 def draw_training_curves(r, figures_dir):
     import matplotlib.pyplot as plt
-    lrs = sorted({run["lr"] for run in r["runs"]})
+    lrs = sorted({lr for _, lr, _ in r["configs"]})
     fig, axes = plt.subplots(1, len(lrs), figsize=(4.8 * len(lrs), 3.6), sharey=True, squeeze=False)
+    colors = dict(zip(r["configs"], plt.rcParams["axes.prop_cycle"].by_key()["color"]))
     for ax, lr in zip(axes[0], lrs):
         for run in (run for run in r["runs"] if run["lr"] == lr):
-            res = run["result"]
-            label = f"{run['placement']}, warmup {run['warmup']}" if run["warmup"] else f"{run['placement']}, no warmup"
-            smooth = np.convolve(res.train_excess, np.ones(10) / 10, mode="valid")  # mean of 10 batches
-            line, = ax.plot(np.arange(10, len(res.train_excess) + 1), smooth, lw=0.8, alpha=0.5)
-            steps, _, test = zip(*res.curve)
-            ax.plot(steps, test, "o-", color=line.get_color(), ms=3, label=label)
+            config = (run["placement"], run["lr"], run["warmup"])
+            first = run["seed"] == r["seeds"][0]
+            label = (f"{run['placement']}, " + (f"warmup {run['warmup']}" if run["warmup"] else "no warmup")
+                     if first else None)
+            moving = np.convolve(run["batch_excess"], np.ones(10) / 10, mode="valid")  # mean of 10 batches
+            ax.plot(np.arange(10, len(run["batch_excess"]) + 1), moving, color=colors[config],
+                    lw=1.0 if first else 0.6, alpha=0.9 if first else 0.35, label=label)
         for name, value in r["baselines"].items():
             ax.axhline(value, color="grey", lw=0.8, ls=":")
             ax.text(r["steps"], value, name, ha="right", va="bottom", fontsize=8, color="grey")
@@ -324,9 +375,10 @@ def draw_training_curves(r, figures_dir):
         ax.set_title(f"lr = {lr:g}")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    axes[0][0].set_ylabel("excess over the bound, mnat/token")
-    fig.suptitle(f"{r['n_layers']}-layer DecoderLM on the city language (seed {r['seed']}): test excess (dots) "
-                 "and batch excess (thin, mean of 10 steps)")
+    axes[0][0].set_ylabel("held-out batch excess, mnat/token")
+    fig.suptitle(f"{r['n_layers']}-layer DecoderLM on the city language: mean of 10 fresh batches "
+                 f"(seed {r['seeds'][0]} bold, seeds {r['seeds'][1:]} faint)" if len(r["seeds"]) > 1 else
+                 f"{r['n_layers']}-layer DecoderLM on the city language: mean of 10 fresh batches")
     fig.tight_layout()
     common.save_figure(fig, "04_training_curves", figures_dir)
 
