@@ -4,6 +4,8 @@ Part 4 trains in its quick form here (4 runs of 100 steps instead of 6 of 400; s
 enough for Post-LN without warmup to fail and for the others to train, too short for the instability of
 warmed-up Post-LN, which the full run shows (README).
 """
+import argparse
+
 import numpy as np
 import pytest
 import torch
@@ -47,6 +49,16 @@ def test_layernorm_ignores_the_companions_batchnorm_does_not():
     assert all(row["bn_change"] > 0.1 for row in r["rows"])                 # S5.3-b: O(1), 1.6-1.8 in the notes
     assert 1e-7 <= r["scaled"][1e-5] <= 1e-4                                # S5.3-c: from eps (8.1e-06 in the notes)
     assert r["scaled"][0.0] <= 1e-12
+
+
+def test_part2_table_counts_trials(capsys):
+    """Each row is one trial (a fresh set of companions), so the first column is a trial index."""
+    m.show_batch_companions(argparse.Namespace(seed=0, quick=True, figures=None))
+    lines = capsys.readouterr().out.splitlines()
+    header = next(line for line in lines if "LayerNorm" in line and "BatchNorm" in line)
+    assert header.split()[0] == "trial" and "companions" not in header
+    first_column = [line.split()[0] for line in lines[lines.index(header) + 2:] if line.strip()[:1].isdigit()]
+    assert first_column == [str(i) for i in range(1, len(m.batch_companions()["rows"]) + 1)]
 
 
 def test_the_norms_agree_with_torch():

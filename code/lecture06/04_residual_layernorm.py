@@ -151,9 +151,10 @@ def show_batch_companions(args):
     r = batch_companions(seed=args.seed)
     common.header(2, "§5.3", "LayerNorm normalises each token on its own")
     common.note(f"one sequence ({r['seq_len']} tokens × {r['d']} features) batched with {r['batch'] - 1} other "
-                f"random sequence(s); max |change| of its output against the first batch")
+                f"random sequence(s), fresh companions in each trial;\nmax |change| of its output against its "
+                f"output in trial 0's batch")
     common.table([[i + 1, row["ln_change"], row["bn_change"]] for i, row in enumerate(r["rows"])],
-                 ["companions", "LayerNorm", "BatchNorm"], floatfmt=("d", ".1f", ".2f"))
+                 ["trial", "LayerNorm", "BatchNorm"], floatfmt=("d", ".1f", ".2f"))
     common.note(f"Input scaled by {r['scale']}: LayerNorm output changes by {r['scaled'][1e-5]:.1e} with eps = 1e-5 "
                 f"and {r['scaled'][0.0]:.1e} with eps = 0: the change comes from eps alone.")
 
