@@ -1,6 +1,8 @@
 """Script 06: every claim of notes §8.1-8.3 and §5.1 it serves (CLAIMS rows S5.1-a, S8.1-*, S8.2-*, S8.3-*,
 Ex5, Ex6, Ex10), and the parameter and FLOP formulas against three counters at random small configurations:
 torch_ref on the meta device (FlopCounterMode), and our own transformer.py (num_parameters, the autodiff graph)."""
+import argparse
+
 import numpy as np
 import pytest
 
@@ -102,7 +104,7 @@ def test_attention_flop_share_at_d_256():                                       
         assert abs(100 * share - quoted) <= 0.5
 
 
-# ---- part 4 · S8.3-c..f, Ex10
+# ---- part 4 · S8.3-c..f, Ex10 (and the same layer with dropout 0.1)
 def test_saved_activations_exactly_and_the_fit():
     common.seed_everything(0)
     r = s06.activation_memory(seq_lens=(16, 32, 64, 128, 256))
@@ -110,6 +112,37 @@ def test_saved_activations_exactly_and_the_fit():
         assert row["floats"] == row["exact"] == 16 * row["S"] * 64 + 4 * row["S"] ** 2 + 4 * row["S"]
     assert abs(r["a"] - 16.0625) <= 1e-6 and abs(r["b"] - 1.0) <= 1e-6
     assert abs(r["crossover"] - 257) <= 1
+
+
+def test_saved_activations_with_dropout_exactly_and_the_fit():
+    """Dropout 0.1 in training mode keeps its masks (float32 on CPU) and the dropped attention weights:
+    18·S·d + 3·h·S² + 4·S, so the h·S² part triples and the crossover falls from 257 to (18d + 4)/(3h)."""
+    common.seed_everything(0)
+    r = s06.activation_memory(seq_lens=(16, 32, 64, 128, 256), p_dropout=0.1)
+    none = s06.activation_memory(seq_lens=(16, 32, 64, 128, 256))
+    for row, base in zip(r["rows"], none["rows"]):
+        S = row["S"]
+        assert row["floats"] == row["exact"] == 18 * S * 64 + 3 * 4 * S ** 2 + 4 * S
+        assert row["storages"] == base["storages"] + 4
+    at_128 = next(row for row in r["rows"] if row["S"] == 128)["sizes"]
+    base_128 = next(row for row in none["rows"] if row["S"] == 128)["sizes"]
+    assert at_128[4 * 128 * 128] == base_128[4 * 128 * 128] + 2 == 3       # mask + dropped weights + softmax output
+    assert at_128[128 * 64] == base_128[128 * 64] + 2                       # the two S·d dropout masks
+    assert abs(r["a"] - 18.0625) <= 1e-6 and abs(r["b"] - 3.0) <= 1e-6
+    assert abs(r["crossover"] - (18 * 64 + 4) / 12) <= 1e-3
+
+
+def test_part4_prints_both_counts_side_by_side(capsys):
+    s06.show_activation_memory(argparse.Namespace(quick=True, seed=0, figures=None))
+    lines = capsys.readouterr().out.splitlines()
+    header = next(line for line in lines if line.startswith("Part 4"))
+    assert "no dropout" in header and "dropout 0.1" in header
+    table_header = next(line for line in lines if "16·S·d + h·S² + 4·S" in line)
+    assert "18·S·d + 3·h·S² + 4·S" in table_header
+    rows = lines[lines.index(table_header) + 2:lines.index(table_header) + 7]
+    assert [row.split()[0] for row in rows] == ["16", "32", "64", "128", "256"]
+    assert all(row.split().count("yes") == 2 for row in rows)             # both counts equal their formulas
+    assert any("dropout 0.1: a = 18.0625, b = 3.0000" in line and "96.3" in line for line in lines)
 
 
 def test_llama_layer_activation_sizes():

@@ -2,7 +2,7 @@
 
 Serves the lecture-6 notes §8.1 (where the parameters are, part 1), §8.2 (FLOPs per token against
 PyTorch's FLOP counter, part 2), §8.3 (n = 6d, part 3; the activations a layer saves for backward,
-part 4; the attention core's share of a layer's time, part 5) and §5.1 (the FFN's 2/3), plus
+without and with dropout, part 4; the attention core's share of a layer's time, part 5) and §5.1 (the FFN's 2/3), plus
 exercises 5, 6 and 10. Models are torch_ref.py's modules: built on the meta device to count
 (shapes only, nothing allocated), cast to float32 to measure. Runtime: about 9 s of CPU time (2-core
 machine), half of it importing torch and the torch._dynamo that FlopCounterMode pulls in.
@@ -273,10 +273,11 @@ def show_crossover(args):
 
 
 # ---- Part 4 · §8.3 activations saved for backward ---------------------------------------------------
-def saved_activations(seq_len: int, n_embd: int = 64, n_head: int = 4) -> list[torch.Tensor]:
-    """The distinct storages one Pre-LN layer (torch_ref, float32, explicit softmax, additive mask,
-    no dropout) saves for backward, found with saved_tensors_hooks; parameters left out."""
-    layer = torch_ref.TransformerLayer(n_embd, n_head, p_dropout=0.0).float()
+def saved_activations(seq_len: int, n_embd: int = 64, n_head: int = 4, p_dropout: float = 0.0) -> list[torch.Tensor]:
+    """The distinct storages one Pre-LN layer (torch_ref, float32, explicit softmax, additive mask, in
+    training mode, dropout p_dropout on the attention weights, the attention output and the FFN output)
+    saves for backward, found with saved_tensors_hooks; parameters left out."""
+    layer = torch_ref.TransformerLayer(n_embd, n_head, p_dropout=p_dropout).float().train()
     params = {p.untyped_storage().data_ptr() for p in layer.parameters()}
     saved = {}
 
@@ -292,18 +293,29 @@ def saved_activations(seq_len: int, n_embd: int = 64, n_head: int = 4) -> list[t
     return list(saved.values())
 
 
-def activation_memory(seq_lens=(16, 32, 64, 128, 256, 512), n_embd: int = 64, n_head: int = 4) -> dict:
+def exact_saved_floats(S: int, d: int, h: int, p_dropout: float = 0.0) -> int:
+    """What the layer saves, in float32 elements: 16·S·d + h·S² + 4·S without dropout. With dropout
+    (CPU: each mask is a float tensor the multiply keeps for backward) also the masks of the attention
+    output and the FFN output (2·S·d), the attention weights' mask and the dropped weights that AV's
+    backward needs (2·h·S²; the softmax output stays for softmax's backward)."""
+    if p_dropout == 0:
+        return 16 * S * d + h * S * S + 4 * S
+    return 18 * S * d + 3 * h * S * S + 4 * S
+
+
+def activation_memory(seq_lens=(16, 32, 64, 128, 256, 512), n_embd: int = 64, n_head: int = 4,
+                      p_dropout: float = 0.0) -> dict:
     d, h = n_embd, n_head
     rows = []
     for S in seq_lens:
-        saved = saved_activations(S, d, h)
+        saved = saved_activations(S, d, h, p_dropout)
         nbytes = sum(t.untyped_storage().nbytes() for t in saved)
         sizes = Counter(t.untyped_storage().nbytes() // t.element_size() for t in saved)  # floats -> how many
-        rows.append(dict(S=S, bytes=nbytes, floats=nbytes // 4, exact=16 * S * d + h * S * S + 4 * S,
+        rows.append(dict(S=S, bytes=nbytes, floats=nbytes // 4, exact=exact_saved_floats(S, d, h, p_dropout),
                          storages=len(saved), sizes=dict(sizes)))
     A = np.array([[r["S"] * d, h * r["S"] ** 2] for r in rows], dtype=np.float64)
     (a, b), *_ = np.linalg.lstsq(A, np.array([r["floats"] for r in rows], dtype=np.float64), rcond=None)
-    return dict(d=d, h=h, rows=rows, a=float(a), b=float(b), crossover=float(a * d / (b * h)))
+    return dict(d=d, h=h, p_dropout=p_dropout, rows=rows, a=float(a), b=float(b), crossover=float(a * d / (b * h)))
 
 
 def activation_examples(a: float = 16, b: float = 1) -> list[dict]:
@@ -313,23 +325,39 @@ def activation_examples(a: float = 16, b: float = 1) -> list[dict]:
                  hss_part=b * h * S * S * fp16, crossover=a * d / (b * h)) for S in (8192, 4096)]
 
 
-def show_activation_memory(args):
-    r = activation_memory(seq_lens=(16, 32, 64, 128, 256) if args.quick else (16, 32, 64, 128, 256, 512))
+def show_activation_memory(args, p_dropout: float = 0.1):
+    seq_lens = (16, 32, 64, 128, 256) if args.quick else (16, 32, 64, 128, 256, 512)
+    r, rd = activation_memory(seq_lens), activation_memory(seq_lens, p_dropout=p_dropout)
     d, h = r["d"], r["h"]
-    common.header(4, "§8.3", f"Activations one Pre-LN layer saves for backward (d = {d}, h = {h}, float32)")
+    common.header(4, "§8.3", f"Activations one Pre-LN layer saves for backward (d = {d}, h = {h}, float32, "
+                             f"no dropout; beside it, dropout {p_dropout:g})")
     common.table([[x["S"], f"{x['bytes']:,}", f"{x['floats']:,}", f"{x['exact']:,}",
-                   "yes" if x["floats"] == x["exact"] else "NO", x["storages"]] for x in r["rows"]],
-                 headers=["S", "bytes saved", "floats", "16·S·d + h·S² + 4·S", "equal", "storages"],
+                   "yes" if x["floats"] == x["exact"] else "NO", x["storages"], f"{y['floats']:,}", f"{y['exact']:,}",
+                   "yes" if y["floats"] == y["exact"] else "NO", y["storages"]] for x, y in zip(r["rows"], rd["rows"])],
+                 headers=["S", "no dropout: bytes saved", "floats", "16·S·d + h·S² + 4·S", "equal", "storages",
+                          f"dropout {p_dropout:g}: floats", "18·S·d + 3·h·S² + 4·S", "equal", "storages"],
                  disable_numparse=True)
     x = next(x for x in r["rows"] if x["S"] == 128)  # S·d, 4·S·d, h·S² and S all differ here
+    y = next(y for y in rd["rows"] if y["S"] == 128)
     S = x["S"]
     names = {S * d: "S·d", 4 * S * d: "4·S·d", h * S * S: "h·S²", S: "S"}
-    print(f"(saved_tensors_hooks, storages deduplicated, parameters left out.) At S = {S} the storages are "
+    print(f"(saved_tensors_hooks, storages deduplicated, parameters left out; training mode.) Without dropout, at "
+          f"S = {S} the storages are "
           + ", ".join(f"{n} × {names.get(size, size)}" for size, n in sorted(x["sizes"].items(), reverse=True))
           + ":\nS·d: LN inputs and outputs, q, k, v, the merged heads; 4·S·d: GELU's input and output; "
             "h·S²: the softmax output; S: the LayerNorms' mean and 1/σ")
-    print(f"least-squares fit floats ≈ a·S·d + b·h·S²: a = {r['a']:.4f}, b = {r['b']:.4f}; "
-          f"the two parts are equal at S = a·d/(b·h) = {r['crossover']:.1f}\n")
+    extra = Counter(y["sizes"]) - Counter(x["sizes"])
+    print(f"Dropout {p_dropout:g} adds "
+          + ", ".join(f"{n} × {names.get(size, size)}" for size, n in sorted(extra.items(), reverse=True))
+          + ": the attention weights' mask and the dropped weights (AV's backward needs them, softmax's\nbackward "
+            "still needs its own output), and the masks of the attention output and of the FFN output (on CPU each "
+            "mask is a\nfloat32 tensor that the multiply keeps)")
+    for label, fit in (("no dropout", r), (f"dropout {p_dropout:g}", rd)):
+        print(f"least-squares fit floats ≈ a·S·d + b·h·S², {label}: a = {fit['a']:.4f}, b = {fit['b']:.4f}; "
+              f"the two parts are equal at S = a·d/(b·h) = {fit['crossover']:.1f}")
+    big = r["rows"][-1]["S"]
+    print(f"With dropout the h·S² part is {rd['b'] / r['b']:.0f}× larger, and at S = {big} the layer keeps "
+          f"{rd['rows'][-1]['floats'] / r['rows'][-1]['floats']:.2f}× the memory.\n")
     examples = activation_examples()
     common.table([[e["S"], f"{e['one_sd'] / MIB:.0f} MiB", f"{e['one_hss'] / GIB:.1f} GiB",
                    f"{e['sd_part'] / MIB:.0f} MiB", f"{e['hss_part'] / GIB:.1f} GiB", f"{e['crossover']:.0f}"]
