@@ -153,9 +153,31 @@ def test_llama_layer_activation_sizes():
 
 
 # ---- part 5 (timings are printed, never asserted) and the whole script
+def test_attention_core_is_timed_inside_the_layers_training_forward():
+    """Structure only: timings are printed, never asserted against the notes (CLAIMS S8.3-g)."""
+    rows = s06.attention_time_share(seq_lens=(16, 64), n_embd=32, n_head=2, repeats=2, seed=3)
+    assert [r["S"] for r in rows] == [16, 64]
+    for r in rows:
+        assert r["training"] and r["p_dropout"] == 0.1
+        assert r["core_calls"] == 1 and 1 <= r["runs"] <= 2             # one core call inside each forward
+        assert 0 < r["t_core"] < r["t_layer"] and 0 < r["time_share"] < 1 and 0 < r["flop_share"] < 1
+    again = s06.attention_time_share(seq_lens=(16, 64), n_embd=32, n_head=2, repeats=1, seed=3)
+    other = s06.attention_time_share(seq_lens=(16, 64), n_embd=32, n_head=2, repeats=1, seed=4)
+    assert [r["checksum"] for r in again] == [r["checksum"] for r in rows]   # the seed covers weights, x, masks
+    assert [r["checksum"] for r in other] != [r["checksum"] for r in rows]
+
+
+def test_the_seed_covers_the_dropout_masks():
+    """Same seed, same weights and input, dropout off: the checksum changes, so the masks come from the seed."""
+    on = s06.attention_time_share(seq_lens=(16,), n_embd=32, n_head=2, repeats=1, seed=3)
+    off = s06.attention_time_share(seq_lens=(16,), n_embd=32, n_head=2, repeats=1, seed=3, p_dropout=0.0)
+    assert on[0]["checksum"] != off[0]["checksum"]
+
+
 def test_script_runs(capsys, tmp_path):
     common.main(s06.__doc__, s06.PARTS, argv=["--quick", "--figures", str(tmp_path)])
     out = capsys.readouterr().out
     assert all(f"Part {k} ·" in out for k in s06.PARTS)
-    assert sum(line.startswith(common.TIMER) for line in out.splitlines()) == 2
+    timed = [line for line in out.splitlines() if line.startswith(common.TIMER)]
+    assert len(timed) == 2 and all("core inside it" in line and "FLOP share" in line for line in timed)
     assert (tmp_path / "06_flops_vs_n.png").exists() and (tmp_path / "06_activation_memory.png").exists()

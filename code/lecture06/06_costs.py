@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import common  # first: one BLAS thread before numpy loads, and lecture 5's code importable
 
+import statistics
 from collections import Counter
 
 
@@ -391,38 +392,70 @@ def draw_activation_memory(r: dict, figures_dir):
 
 
 # ---- Part 5 · §8.3 the attention core's share of a layer's time ⏱ -----------------------------------------
-def attention_time_share(seq_lens=(128, 512, 2048), n_embd: int = 256, n_head: int = 4, repeats: int = 5,
-                         threads: int = 1) -> list[dict]:
-    """Wall-clock share of the attention core (scores, scale, mask, softmax, AV: self_attention, which
-    also merges the heads) in one Pre-LN layer's forward, torch float32; next to its FLOP share."""
-    layer = torch_ref.TransformerLayer(n_embd, n_head, p_dropout=0.0).float().eval()
-    mha = layer.attention
+def attention_time_share(seq_lens=(128, 512, 2048), n_embd: int = 256, n_head: int = 4, p_dropout: float = 0.1,
+                         repeats: int = 5, budget: float = 0.5, threads: int = 1, seed: int = 0) -> list[dict]:
+    """Wall-clock share of the attention core (scores, scale, mask, softmax, dropout on the weights, AV and
+    the merge of the heads: MultiHeadAttention.self_attention) in one Pre-LN layer's forward, torch float32,
+    training mode (autograd on, dropout p_dropout), next to its FLOP share.
+
+    The core is timed inside the layer's own forward: a wrapper around self_attention adds up the seconds
+    spent in it, so the core sees the inputs, the caches and the dropout of a real forward. Per S: the
+    median over up to `repeats` forwards (at least one, fewer once `budget` seconds are spent) of the layer's
+    time, the core's time and their ratio. `seed` seeds the weights, the inputs and the dropout masks; each
+    S draws its masks from its own seed, so how many forwards fit the budget changes no other S's draws.
+    """
     rows = []
-    with torch.no_grad(), torch_threads(threads):
+    with torch.random.fork_rng(), torch_threads(threads):
+        torch.manual_seed(seed)
+        layer = torch_ref.TransformerLayer(n_embd, n_head, p_dropout=p_dropout).float().train()
+        inputs = [torch.randn(1, S, n_embd) for S in seq_lens]
+        mask_seeds = torch.randint(2 ** 62, (len(seq_lens),)).tolist()
+        mha = layer.attention
+        core = mha.self_attention
+        in_core = []
+
+        def timed_core(*args, **kwargs):
+            with common.stopwatch() as elapsed:
+                out = core(*args, **kwargs)
+            in_core.append(elapsed())
+            return out
+
+        mha.self_attention = timed_core  # the instance's attribute shadows the method for this layer only
         layer(torch.randn(1, min(seq_lens), n_embd))  # warm-up
-        for S in seq_lens:
-            x = torch.randn(1, S, n_embd)
-            q, kT, v = mha.project_to_query_key_value(layer.ln_1(x))
-            mask = mha.create_causal_mask(S, x.dtype)
-            t_layer, _ = common.median_time(lambda: layer(x), repeats, budget=0.5)
-            t_core, _ = common.median_time(lambda: mha.self_attention(q, kT, v, mask), repeats, budget=0.5)
-            rows.append(dict(S=S, t_layer=t_layer, t_core=t_core, time_share=t_core / t_layer,
-                             flop_share=_attention_share(flop_formula(n_embd=n_embd, seq_len=S))))
+        for S, x, mask_seed in zip(seq_lens, inputs, mask_seeds):
+            torch.manual_seed(mask_seed)
+            t_layer, t_core, checksum = [], [], None
+            while len(t_layer) < repeats and (not t_layer or sum(t_layer) < budget):
+                in_core.clear()
+                with common.stopwatch() as elapsed:
+                    out = layer(x)
+                t_layer.append(elapsed())
+                t_core.append(sum(in_core))
+                if checksum is None:
+                    checksum = float(out.detach().double().sum())
+                del out  # frees the graph (and the activations it holds) before the next forward
+            shares = [c / t for c, t in zip(t_core, t_layer)]
+            rows.append(dict(S=S, t_layer=statistics.median(t_layer), t_core=statistics.median(t_core),
+                             time_share=statistics.median(shares), runs=len(t_layer), core_calls=len(in_core),
+                             flop_share=_attention_share(flop_formula(n_embd=n_embd, seq_len=S)),
+                             training=layer.training, p_dropout=p_dropout, checksum=checksum))
     return rows
 
 
 def show_attention_time(args):
     seq_lens = (128, 512) if args.quick else (128, 512, 2048)
-    d = 256
-    common.header(5, "§8.3", f"The attention core's share of one layer's time (d = {d}, h = 4, float32, 1 thread)")
-    rows = attention_time_share(seq_lens, n_embd=d)
+    d, h, p = 256, 4, 0.1
+    common.header(5, "§8.3", f"The attention core's share of one layer's time (d = {d}, h = {h}, float32, 1 thread, "
+                             f"training mode, dropout {p:g})")
+    rows = attention_time_share(seq_lens, n_embd=d, n_head=h, p_dropout=p, seed=args.seed)
     common.table([[r["S"], f"S/(6d + S) = {100 * r['flop_share']:.1f}%"] for r in rows],
                  headers=["S", "attention core's FLOP share"], disable_numparse=True)
     for r in rows:
-        common.timing(f"S = {r['S']:>4}: layer {1e3 * r['t_layer']:7.1f} ms, core {1e3 * r['t_core']:7.1f} ms, "
-                      f"time share {100 * r['time_share']:4.1f}% (FLOP share {100 * r['flop_share']:.1f}%)")
-    print("(median of up to 5 runs; scale, mask and softmax make almost no FLOPs but read and write the "
-          "h × S × S matrix several times)")
+        common.timing(f"S = {r['S']:>4}: layer forward {1e3 * r['t_layer']:7.1f} ms, core inside it "
+                      f"{1e3 * r['t_core']:7.1f} ms: time share {100 * r['time_share']:4.1f}% "
+                      f"(FLOP share {100 * r['flop_share']:.1f}%)")
+    print("(the core timed inside each forward of the layer; median of up to 5 forwards. Scale, mask, softmax and "
+          "dropout make\nalmost no FLOPs but read and write the h × S × S matrix several times)")
 
 
 PARTS = {1: show_parameters, 2: show_flops, 3: show_crossover, 4: show_activation_memory, 5: show_attention_time}
