@@ -1,5 +1,6 @@
 """Script 01 (notes §1.2, §2.1-§2.4): CLAIMS.md rows S1.2-*, S2.*, S11-a, Ex1, Ex2, asserted as its last column says.
 Timings (S1.2-c) are printed by the script and never asserted."""
+import argparse
 import math
 
 import numpy as np
@@ -121,7 +122,7 @@ def test_permutation_equivariance_and_the_contrast_pair(seed):
     assert r["pooled"]["no positions, causal mask"] >= 1e-3    # a causal mask is not equivariant
 
 
-# ---- Part 5 · §1.2 (S1.2-a, S1.2-b, S1.2-e, S11-a) -------------------------------------------------------
+# ---- Part 5 · §1.2 (S1.2-a, S1.2-b, S1.2-d, S1.2-e, S11-a) -------------------------------------------------------
 def test_rnn_vs_attention_counts():
     d = 512
     r = m.rnn_vs_attention(d=d, lengths=(0, 512, 1024, 2048, 4096, 8192), timed=(32,), repeats=1)
@@ -134,6 +135,37 @@ def test_rnn_vs_attention_counts():
         assert (row["rnn_steps"], row["attention_steps"], row["rnn_path"], row["attention_path"]) == (n, 1, n, 1)
     timing = r["timings"][0]                  # measured, printed with ⏱, never compared with the notes
     assert timing["n"] == 32 and all(timing[k]["seconds"] > 0 for k in ("rnn", "attention"))
+
+
+def test_arithmetic_intensity_of_an_rnn_step_and_of_attention():
+    """S1.2-d: a (d, 2d) float32 mat-vec does 4d² FLOPs on 8d² bytes of weights, about 0.5 FLOP/byte at any
+    n (the notes' "about 1", CLAIMS §D.6); attention's matmuls do 40-440× more per byte at d = 512."""
+    d, lengths = 512, (128, 512, 8192)
+    r = m.rnn_vs_attention(d=d, lengths=lengths, timed=(8,), repeats=1)
+    step = r["rnn_step"]
+    assert (step["flops"], step["weight_bytes"], step["bytes"]) == (4 * d * d, 8 * d * d, 4 * (2 * d * d + 3 * d))
+    assert step["intensity"] == 4 * d * d / (4 * (2 * d * d + 3 * d)) and 0.49 < step["intensity"] <= 0.5
+    for n, row in zip(lengths, r["intensity"]):
+        assert row["n"] == n and row["flops"] == (8 * d * d + 4 * n * d) * n
+        assert row["bytes"] == 4 * (4 * d * d + 10 * n * d + 2 * n * n)
+        assert row["attention"] == row["flops"] / row["bytes"] and row["rnn"] == step["intensity"]
+    assert [round(row["attention"]) for row in r["intensity"]] == [43, 96, 218]
+    assert all(row["ratio"] > 80 for row in r["intensity"])
+    r64 = m.rnn_vs_attention(d=d, lengths=lengths, timed=(8,), repeats=1, dtype=np.float64)
+    assert r64["itemsize"] == 8 and r64["rnn_step"]["intensity"] == step["intensity"] / 2   # 0.25 in float64
+
+
+def test_part5_prints_intensity_and_ends_the_flop_table_with_the_ratio(capsys):
+    m.show_rnn_vs_attention(argparse.Namespace(quick=True, seed=0, figures=None))
+    lines = capsys.readouterr().out.splitlines()
+    flop_header = next(line for line in lines if "RNN FLOPs/token" in line)
+    assert flop_header.rstrip().endswith("attention / RNN FLOPs 2 + n/d")      # "look at the last column"
+    at_8192 = next(line for line in lines if line.lstrip().startswith("8,192") and "1,048,576" in line)
+    assert at_8192.rstrip().endswith("18.00")
+    assert any("2,097,152 bytes of weights (8d²)" in line for line in lines)
+    assert any("0.50 FLOP/byte" in line for line in lines)
+    intensity_header = next(line for line in lines if "attention FLOP/byte" in line)
+    assert "RNN step FLOP/byte" in intensity_header
 
 
 # ---- every part runs as the script runs it (`--quick`), figures included -----------------------------

@@ -4,6 +4,8 @@ Part 4 trains in its quick form here (4 runs of 100 steps instead of 6 of 400; s
 enough for Post-LN without warmup to fail and for the others to train, too short for the instability of
 warmed-up Post-LN, which the full run shows (README).
 """
+import argparse
+
 import numpy as np
 import pytest
 import torch
@@ -49,6 +51,16 @@ def test_layernorm_ignores_the_companions_batchnorm_does_not():
     assert r["scaled"][0.0] <= 1e-12
 
 
+def test_part2_table_counts_trials(capsys):
+    """Each row is one trial (a fresh set of companions), so the first column is a trial index."""
+    m.show_batch_companions(argparse.Namespace(seed=0, quick=True, figures=None))
+    lines = capsys.readouterr().out.splitlines()
+    header = next(line for line in lines if "LayerNorm" in line and "BatchNorm" in line)
+    assert header.split()[0] == "trial" and "companions" not in header
+    first_column = [line.split()[0] for line in lines[lines.index(header) + 2:] if line.strip()[:1].isdigit()]
+    assert first_column == [str(i) for i in range(1, len(m.batch_companions()["rows"]) + 1)]
+
+
 def test_the_norms_agree_with_torch():
     x = np.random.default_rng(0).standard_normal((3, 5, 8))
     expected_bn = torch.nn.functional.batch_norm(torch.tensor(x).permute(0, 2, 1), None, None, training=True,
@@ -58,7 +70,7 @@ def test_the_norms_agree_with_torch():
     np.testing.assert_allclose(m.layer_norm(x), expected_ln, atol=1e-12)
 
 
-# ---- Part 3 · S5.4-a, S5.4-b, S5.4-h ----------------------------------------------------------------------
+# ---- Part 3 · S5.4-a, S5.4-b, S5.4-h, and the README's FFN branch scales at init -----------------
 def test_pre_ln_last_layer_gradient_shrinks_with_depth_post_ln_does_not():
     r = m.layer_grad_norms()  # L = 2..32, 3 seeds, as the script runs it
     post_last = {L: r["norms"]["Post-LN", L][-1] for L in r["depths"]}
@@ -66,6 +78,27 @@ def test_pre_ln_last_layer_gradient_shrinks_with_depth_post_ln_does_not():
     assert pre_last[32] / pre_last[2] < 0.8                                 # S5.4-b
     assert post_last[32] > 1.5 * pre_last[32]
     assert post_last[32] >= post_last[2]                                    # S5.4-a (weak form, CLAIMS §D.7)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_ffn_branch_starts_largest_with_xavier_and_smallest_with_gpt2(seed):
+    """README (§5.4 needs the original init): layer 1's FFN branch std over its input's at init is about 0.48
+    with Xavier, 0.20 with PyTorch's default and 0.026 with GPT-2's N(0, 0.02²)."""
+    ratio = {init: m.branch_scale(init, seed)["ratio"] for init in ("xavier", "default", "gpt2")}
+    assert ratio["xavier"] > ratio["default"] > ratio["gpt2"]
+    assert 0.4 < ratio["xavier"] < 0.6 and 0.15 < ratio["default"] < 0.25 and 0.02 < ratio["gpt2"] < 0.035
+    assert ratio["default"] > 5 * ratio["gpt2"]
+
+
+def test_part3_prints_one_branch_scale_line_per_init(capsys, monkeypatch):
+    original = m.layer_grad_norms                              # the gradient table at a small size, for speed
+    monkeypatch.setattr(m, "layer_grad_norms", lambda **kwargs: original(depths=(2, 4), seeds=(0,)))
+    m.show_layer_grad_norms(argparse.Namespace(seed=1, quick=True, figures=None))
+    lines = capsys.readouterr().out.splitlines()
+    scale = [line.split() for line in lines if line.startswith("  ") and "):" in line]
+    assert [words[0] for words in scale] == ["xavier", "default", "gpt2"]
+    for words in scale:                                       # computed at the script's seed, 3 digits
+        assert float(words[-1]) == pytest.approx(m.branch_scale(words[0], 1)["ratio"], rel=3e-3)
 
 
 def test_pre_ln_has_a_final_layernorm():                                    # S5.4-h

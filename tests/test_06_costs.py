@@ -1,6 +1,8 @@
 """Script 06: every claim of notes §8.1-8.3 and §5.1 it serves (CLAIMS rows S5.1-a, S8.1-*, S8.2-*, S8.3-*,
 Ex5, Ex6, Ex10), and the parameter and FLOP formulas against three counters at random small configurations:
 torch_ref on the meta device (FlopCounterMode), and our own transformer.py (num_parameters, the autodiff graph)."""
+import argparse
+
 import numpy as np
 import pytest
 
@@ -102,7 +104,7 @@ def test_attention_flop_share_at_d_256():                                       
         assert abs(100 * share - quoted) <= 0.5
 
 
-# ---- part 4 · S8.3-c..f, Ex10
+# ---- part 4 · S8.3-c..f, Ex10 (and the same layer with dropout 0.1)
 def test_saved_activations_exactly_and_the_fit():
     common.seed_everything(0)
     r = s06.activation_memory(seq_lens=(16, 32, 64, 128, 256))
@@ -110,6 +112,37 @@ def test_saved_activations_exactly_and_the_fit():
         assert row["floats"] == row["exact"] == 16 * row["S"] * 64 + 4 * row["S"] ** 2 + 4 * row["S"]
     assert abs(r["a"] - 16.0625) <= 1e-6 and abs(r["b"] - 1.0) <= 1e-6
     assert abs(r["crossover"] - 257) <= 1
+
+
+def test_saved_activations_with_dropout_exactly_and_the_fit():
+    """Dropout 0.1 in training mode keeps its masks (float32 on CPU) and the dropped attention weights:
+    18·S·d + 3·h·S² + 4·S, so the h·S² part triples and the crossover falls from 257 to (18d + 4)/(3h)."""
+    common.seed_everything(0)
+    r = s06.activation_memory(seq_lens=(16, 32, 64, 128, 256), p_dropout=0.1)
+    none = s06.activation_memory(seq_lens=(16, 32, 64, 128, 256))
+    for row, base in zip(r["rows"], none["rows"]):
+        S = row["S"]
+        assert row["floats"] == row["exact"] == 18 * S * 64 + 3 * 4 * S ** 2 + 4 * S
+        assert row["storages"] == base["storages"] + 4
+    at_128 = next(row for row in r["rows"] if row["S"] == 128)["sizes"]
+    base_128 = next(row for row in none["rows"] if row["S"] == 128)["sizes"]
+    assert at_128[4 * 128 * 128] == base_128[4 * 128 * 128] + 2 == 3       # mask + dropped weights + softmax output
+    assert at_128[128 * 64] == base_128[128 * 64] + 2                       # the two S·d dropout masks
+    assert abs(r["a"] - 18.0625) <= 1e-6 and abs(r["b"] - 3.0) <= 1e-6
+    assert abs(r["crossover"] - (18 * 64 + 4) / 12) <= 1e-3
+
+
+def test_part4_prints_both_counts_side_by_side(capsys):
+    s06.show_activation_memory(argparse.Namespace(quick=True, seed=0, figures=None))
+    lines = capsys.readouterr().out.splitlines()
+    header = next(line for line in lines if line.startswith("Part 4"))
+    assert "no dropout" in header and "dropout 0.1" in header
+    table_header = next(line for line in lines if "16·S·d + h·S² + 4·S" in line)
+    assert "18·S·d + 3·h·S² + 4·S" in table_header
+    rows = lines[lines.index(table_header) + 2:lines.index(table_header) + 7]
+    assert [row.split()[0] for row in rows] == ["16", "32", "64", "128", "256"]
+    assert all(row.split().count("yes") == 2 for row in rows)             # both counts equal their formulas
+    assert any("dropout 0.1: a = 18.0625, b = 3.0000" in line and "96.3" in line for line in lines)
 
 
 def test_llama_layer_activation_sizes():
@@ -120,9 +153,31 @@ def test_llama_layer_activation_sizes():
 
 
 # ---- part 5 (timings are printed, never asserted) and the whole script
+def test_attention_core_is_timed_inside_the_layers_training_forward():
+    """Structure only: timings are printed, never asserted against the notes (CLAIMS S8.3-g)."""
+    rows = s06.attention_time_share(seq_lens=(16, 64), n_embd=32, n_head=2, repeats=2, seed=3)
+    assert [r["S"] for r in rows] == [16, 64]
+    for r in rows:
+        assert r["training"] and r["p_dropout"] == 0.1
+        assert r["core_calls"] == 1 and 1 <= r["runs"] <= 2             # one core call inside each forward
+        assert 0 < r["t_core"] < r["t_layer"] and 0 < r["time_share"] < 1 and 0 < r["flop_share"] < 1
+    again = s06.attention_time_share(seq_lens=(16, 64), n_embd=32, n_head=2, repeats=1, seed=3)
+    other = s06.attention_time_share(seq_lens=(16, 64), n_embd=32, n_head=2, repeats=1, seed=4)
+    assert [r["checksum"] for r in again] == [r["checksum"] for r in rows]   # the seed covers weights, x, masks
+    assert [r["checksum"] for r in other] != [r["checksum"] for r in rows]
+
+
+def test_the_seed_covers_the_dropout_masks():
+    """Same seed, same weights and input, dropout off: the checksum changes, so the masks come from the seed."""
+    on = s06.attention_time_share(seq_lens=(16,), n_embd=32, n_head=2, repeats=1, seed=3)
+    off = s06.attention_time_share(seq_lens=(16,), n_embd=32, n_head=2, repeats=1, seed=3, p_dropout=0.0)
+    assert on[0]["checksum"] != off[0]["checksum"]
+
+
 def test_script_runs(capsys, tmp_path):
     common.main(s06.__doc__, s06.PARTS, argv=["--quick", "--figures", str(tmp_path)])
     out = capsys.readouterr().out
     assert all(f"Part {k} ·" in out for k in s06.PARTS)
-    assert sum(line.startswith(common.TIMER) for line in out.splitlines()) == 2
+    timed = [line for line in out.splitlines() if line.startswith(common.TIMER)]
+    assert len(timed) == 2 and all("core inside it" in line and "FLOP share" in line for line in timed)
     assert (tmp_path / "06_flops_vs_n.png").exists() and (tmp_path / "06_activation_memory.png").exists()

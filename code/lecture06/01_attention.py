@@ -249,22 +249,35 @@ def show_permutation(args):
 
 # ---- Part 5 · §1.2 ------------------------------------------------------------------------------
 def rnn_vs_attention(d: int = 512, lengths=(128, 512, 1024, 2048, 4096, 8192), timed=(512, 2048),
-                     repeats: int = 3, seed: int = 0) -> dict:
-    """Per-token FLOPs (matmuls only, 2 per multiply-add), serial steps and path length; measured GFLOP/s.
+                     repeats: int = 3, seed: int = 0, dtype=np.float32) -> dict:
+    """Per-token FLOPs (matmuls only, 2 per multiply-add), serial steps and path length; arithmetic
+    intensity; measured GFLOP/s.
 
     RNN step h_t = tanh(W [h_{t−1}; x_t]), W of size d × 2d: 4d² FLOPs, one mat-vec, n steps one after
     another. Attention layer: Q, K, V, O projections 8d², scores QKᵀ and weights·V 4nd, one pass.
+    Arithmetic intensity = FLOPs / bytes moved, each matmul reading its operands once and writing its
+    result once (elements of `dtype`): the RNN step reads W (2d²) and [h; x] (2d), writes h (d); the
+    attention layer over n tokens moves 4d² weights, 10nd activations (x and q, k, v, the mixed values,
+    the output, in and out of the four projections and the two attention matmuls) and 2n² scores.
     """
+    size = np.dtype(dtype).itemsize
     rows = [{"n": n, "rnn": 4 * d * d, "attention": 8 * d * d + 4 * n * d,
              "ratio": (8 * d * d + 4 * n * d) / (4 * d * d), "rnn_steps": n, "attention_steps": 1,
              "rnn_path": n, "attention_path": 1} for n in lengths]
+    rnn_step = {"flops": 4 * d * d, "weight_bytes": 2 * d * d * size, "bytes": (2 * d * d + 3 * d) * size}
+    rnn_step["intensity"] = rnn_step["flops"] / rnn_step["bytes"]
+    intensity = []
+    for n in lengths:
+        flops, moved = (8 * d * d + 4 * n * d) * n, (4 * d * d + 10 * n * d + 2 * n * n) * size
+        intensity.append({"n": n, "flops": flops, "bytes": moved, "attention": flops / moved,
+                          "rnn": rnn_step["intensity"], "ratio": flops / moved / rnn_step["intensity"]})
     rng = np.random.default_rng(seed)
-    w_rnn = rng.standard_normal((d, 2 * d), dtype=np.float32) / math.sqrt(2 * d)
-    w_qkv = rng.standard_normal((d, 3 * d), dtype=np.float32) / math.sqrt(d)
-    w_o = rng.standard_normal((d, d), dtype=np.float32) / math.sqrt(d)
+    w_rnn = (rng.standard_normal((d, 2 * d)) / math.sqrt(2 * d)).astype(dtype)
+    w_qkv = (rng.standard_normal((d, 3 * d)) / math.sqrt(d)).astype(dtype)
+    w_o = (rng.standard_normal((d, d)) / math.sqrt(d)).astype(dtype)
 
     def rnn(x):
-        z = np.zeros(2 * d, dtype=np.float32)          # [h; x_t]
+        z = np.zeros(2 * d, dtype=dtype)               # [h; x_t]
         for x_t in x:                                  # n serial steps: each needs the previous h
             z[d:] = x_t
             z[:d] = np.tanh(w_rnn @ z)                 # one (d, 2d) mat-vec
@@ -272,13 +285,13 @@ def rnn_vs_attention(d: int = 512, lengths=(128, 512, 1024, 2048, 4096, 8192), t
 
     def attention(x):
         q, k, v = np.split(x @ w_qkv, 3, axis=1)       # (n, d) @ (d, 3d) -> 3 × (n, d)
-        s = q @ k.T / np.float32(math.sqrt(d))         # (n, n)
+        s = q @ k.T / np.dtype(dtype).type(math.sqrt(d))  # (n, n)
         p = np.exp(s - s.max(axis=1, keepdims=True))
         return (p / p.sum(axis=1, keepdims=True)) @ v @ w_o
 
     timings = []
     for n in timed:
-        x = rng.standard_normal((n, d), dtype=np.float32)
+        x = rng.standard_normal((n, d)).astype(dtype)
         row = {"n": n}
         for name, fn, flops in (("rnn", rnn, 4 * d * d * n), ("attention", attention, (8 * d * d + 4 * n * d) * n)):
             best = math.inf
@@ -288,22 +301,34 @@ def rnn_vs_attention(d: int = 512, lengths=(128, 512, 1024, 2048, 4096, 8192), t
                 best = min(best, elapsed())
             row[name] = {"seconds": best, "gflops": flops / best / 1e9}
         timings.append(row)
-    return {"d": d, "rows": rows, "timings": timings}
+    return {"d": d, "dtype": np.dtype(dtype).name, "itemsize": size, "rows": rows, "rnn_step": rnn_step,
+            "intensity": intensity, "timings": timings}
 
 
 def show_rnn_vs_attention(args):
     r = rnn_vs_attention(timed=(256,) if args.quick else (512, 1024), repeats=3,
                          seed=args.seed)
-    d = r["d"]
+    d, step = r["d"], r["rnn_step"]
     common.header(5, "§1.2", f"RNN vs attention, d = {d}")
-    common.table([[row["n"], row["rnn"], row["attention"], row["ratio"], row["rnn_steps"], row["attention_steps"],
-                   row["rnn_path"], row["attention_path"]] for row in r["rows"]],
-                 ["n", "RNN FLOPs/token 4d²", "attention FLOPs/token 8d²+4nd", "ratio 2 + n/d",
-                  "serial steps RNN", "attention", "path 1st→last RNN", "attention"],
-                 floatfmt=("g", ",", ",", ".2f", "g", "g", "g", "g"), intfmt=",")
-    common.note("Attention saves no FLOPs: its four projections alone are 2× the RNN's two d×d matrices.\n"
-                "It wins on parallelism: one big matmul instead of n dependent mat-vecs "
-                "(float32, numpy BLAS, one thread each):")
+    common.table([[row["n"], row["rnn"], row["attention"], row["rnn_steps"], row["attention_steps"],
+                   row["rnn_path"], row["attention_path"], row["ratio"]] for row in r["rows"]],
+                 ["n", "RNN FLOPs/token 4d²", "attention FLOPs/token 8d²+4nd", "serial steps RNN", "attention",
+                  "path 1st→last RNN", "attention", "attention / RNN FLOPs 2 + n/d"],
+                 floatfmt=("g", ",", ",", "g", "g", "g", "g", ".2f"), intfmt=",")
+    common.note("Look at the last column: attention saves no FLOPs. Its four projections alone are 2× the RNN's two "
+                "d×d matrices,\nand long sequences cost more.")
+    common.note(f"\nArithmetic intensity ({r['dtype']}, {r['itemsize']} bytes an element): FLOPs per byte the "
+                f"matmuls read and write.\nAn RNN step is one ({d}, {2 * d}) mat-vec: {step['flops']:,} FLOPs (4d²) "
+                f"on {step['weight_bytes']:,} bytes of weights ({2 * r['itemsize']}d²)\nplus 3d vector elements: "
+                f"{step['intensity']:.2f} FLOP/byte at every n, order 1 (the notes' \"about 1\").")
+    common.table([[row["n"], row["flops"], row["bytes"], row["attention"], row["rnn"], row["ratio"]]
+                  for row in r["intensity"]],
+                 ["n", "attention layer FLOPs (8d²+4nd)·n", f"bytes {r['itemsize']}·(4d²+10nd+2n²)",
+                  "attention FLOP/byte", "RNN step FLOP/byte", "attention / RNN"],
+                 floatfmt=("g", ",", ",", ".0f", ".2f", ".0f"), intfmt=",")
+    common.note("A mat-vec uses each weight it fetches once, so memory bandwidth bounds it; attention's big matmuls "
+                "reuse each weight\nn times, and it runs them in one pass instead of n dependent mat-vecs "
+                f"({r['dtype']}, numpy BLAS, one thread each):")
     for row in r["timings"]:
         rnn, att = row["rnn"], row["attention"]
         common.timing(f"n = {row['n']}: RNN {rnn['gflops']:.1f} GFLOP/s ({row['n']} mat-vecs, "

@@ -150,9 +150,10 @@ def show_batch_companions(args):
     r = batch_companions(seed=args.seed)
     common.header(2, "§5.3", "LayerNorm normalises each token on its own")
     common.note(f"one sequence ({r['seq_len']} tokens × {r['d']} features) batched with {r['batch'] - 1} other "
-                f"random sequence(s); max |change| of its output against the first batch")
+                f"random sequence(s), fresh companions in each trial;\nmax |change| of its output against its "
+                f"output in trial 0's batch")
     common.table([[i + 1, row["ln_change"], row["bn_change"]] for i, row in enumerate(r["rows"])],
-                 ["companions", "LayerNorm", "BatchNorm"], floatfmt=("d", ".1f", ".2f"))
+                 ["trial", "LayerNorm", "BatchNorm"], floatfmt=("d", ".1f", ".2f"))
     common.note(f"Input scaled by {r['scale']}: LayerNorm output changes by {r['scaled'][1e-5]:.1e} with eps = 1e-5 "
                 f"and {r['scaled'][0.0]:.1e} with eps = 0: the change comes from eps alone.")
 
@@ -183,6 +184,27 @@ def layer_grad_norms(depths=(2, 4, 8, 16, 32), seeds=(0, 1, 2), n_embd: int = 64
             "seq_len": seq_len, "batch": batch, "init": init, "norms": norms}
 
 
+@torch_threads(1)
+def branch_scale(init: str = "xavier", seed: int = 0, n_layers: int = 6, n_embd: int = 64, n_head: int = 4,
+                 batch: int = 8, pre_ln: bool = False) -> dict:
+    """How large the first layer's FFN branch starts: std of its output over the std of its input, at
+    initialisation (city_train.build_model(init=...), Post-LN as part 4 trains it), on one city-language batch
+    (batch × SEQ_LEN tokens; `seed` seeds the weights and the batch, as in parts 3 and 4).
+
+    A small ratio means LN(x + F(x)) starts close to LN(x): Post-LN's blocks start near the identity.
+    """
+    model = city_train.build_model(n_layers, n_embd, n_head, pre_ln=pre_ln, init=init, seed=seed)
+    seen = {}
+    hook = model.layers[0].ff.register_forward_hook(lambda module, inputs, output: seen.update(x=inputs[0], y=output))
+    data = next(city_lab.training_batches(seed, batch, city_lab.SEQ_LEN))
+    with torch.no_grad():
+        model(torch.from_numpy(data.x))
+    hook.remove()
+    x_std, y_std = float(seen["x"].std()), float(seen["y"].std())
+    return {"init": init, "seed": seed, "pre_ln": pre_ln, "n_layers": n_layers, "n_embd": n_embd,
+            "tokens": data.x.shape, "input_std": x_std, "branch_std": y_std, "ratio": y_std / x_std}
+
+
 def show_layer_grad_norms(args):
     r = layer_grad_norms(depths=(2, 4, 8, 16) if args.quick else (2, 4, 8, 16, 32),
                          seeds=tuple(args.seed + i for i in range(3)))
@@ -202,6 +224,14 @@ def show_layer_grad_norms(args):
                 f"the gradient at L = {last} that it gets at L = {first}: L branches add to one stream, so each "
                 f"one's share shrinks. Post-LN's last layer: {post_first:.2f} at L = {first}, {post_last:.2f} at "
                 f"L = {last}, {rows[-1][-1]:.1f}× Pre-LN's: a large lr pushes the layers near the output hardest.")
+    scales = {init: branch_scale(init, args.seed) for init in ("xavier", "default", "gpt2")}
+    b = scales["xavier"]
+    common.note(f"How large layer 1's FFN branch starts ({b['n_layers']}-layer Post-LN as in part 4, d = {b['n_embd']}, "
+                f"one city-language batch of {b['tokens'][0]} × {b['tokens'][1]} tokens, seed {args.seed}): "
+                f"std(FFN(x)) / std(x)")
+    for (init, s), what in zip(scales.items(), ("Xavier-uniform, parts 3-4", "PyTorch's default",
+                                                "GPT-2's N(0, 0.02²)")):
+        common.note(f"  {init:<8}({what}): {s['ratio']:#.3g}")
     draw_layer_grad_norms(r, args.figures)
 
 

@@ -2,10 +2,11 @@
 
 Serves the lecture-6 notes §8.1 (where the parameters are, part 1), §8.2 (FLOPs per token against
 PyTorch's FLOP counter, part 2), §8.3 (n = 6d, part 3; the activations a layer saves for backward,
-part 4; the attention core's share of a layer's time, part 5) and §5.1 (the FFN's 2/3), plus
+without and with dropout, part 4; the attention core's share of a layer's time, part 5) and §5.1 (the FFN's 2/3), plus
 exercises 5, 6 and 10. Models are torch_ref.py's modules: built on the meta device to count
-(shapes only, nothing allocated), cast to float32 to measure. Runtime: about 9 s of CPU time (2-core
-machine), half of it importing torch and the torch._dynamo that FlopCounterMode pulls in.
+(shapes only, nothing allocated), cast to float32 to measure. Runtime: about 11 s of CPU time (2-core
+machine; 13 s with the figures), a third of it importing torch and the torch._dynamo that FlopCounterMode
+pulls in.
 
     python code/lecture06/06_costs.py [--part N] [--seed S] [--quick] [--no-figures]
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import common  # first: one BLAS thread before numpy loads, and lecture 5's code importable
 
+import statistics
 from collections import Counter
 
 
@@ -273,10 +275,11 @@ def show_crossover(args):
 
 
 # ---- Part 4 · §8.3 activations saved for backward ---------------------------------------------------
-def saved_activations(seq_len: int, n_embd: int = 64, n_head: int = 4) -> list[torch.Tensor]:
-    """The distinct storages one Pre-LN layer (torch_ref, float32, explicit softmax, additive mask,
-    no dropout) saves for backward, found with saved_tensors_hooks; parameters left out."""
-    layer = torch_ref.TransformerLayer(n_embd, n_head, p_dropout=0.0).float()
+def saved_activations(seq_len: int, n_embd: int = 64, n_head: int = 4, p_dropout: float = 0.0) -> list[torch.Tensor]:
+    """The distinct storages one Pre-LN layer (torch_ref, float32, explicit softmax, additive mask, in
+    training mode, dropout p_dropout on the attention weights, the attention output and the FFN output)
+    saves for backward, found with saved_tensors_hooks; parameters left out."""
+    layer = torch_ref.TransformerLayer(n_embd, n_head, p_dropout=p_dropout).float().train()
     params = {p.untyped_storage().data_ptr() for p in layer.parameters()}
     saved = {}
 
@@ -292,18 +295,29 @@ def saved_activations(seq_len: int, n_embd: int = 64, n_head: int = 4) -> list[t
     return list(saved.values())
 
 
-def activation_memory(seq_lens=(16, 32, 64, 128, 256, 512), n_embd: int = 64, n_head: int = 4) -> dict:
+def exact_saved_floats(S: int, d: int, h: int, p_dropout: float = 0.0) -> int:
+    """What the layer saves, in float32 elements: 16·S·d + h·S² + 4·S without dropout. With dropout
+    (CPU: each mask is a float tensor the multiply keeps for backward) also the masks of the attention
+    output and the FFN output (2·S·d), the attention weights' mask and the dropped weights that AV's
+    backward needs (2·h·S²; the softmax output stays for softmax's backward)."""
+    if p_dropout == 0:
+        return 16 * S * d + h * S * S + 4 * S
+    return 18 * S * d + 3 * h * S * S + 4 * S
+
+
+def activation_memory(seq_lens=(16, 32, 64, 128, 256, 512), n_embd: int = 64, n_head: int = 4,
+                      p_dropout: float = 0.0) -> dict:
     d, h = n_embd, n_head
     rows = []
     for S in seq_lens:
-        saved = saved_activations(S, d, h)
+        saved = saved_activations(S, d, h, p_dropout)
         nbytes = sum(t.untyped_storage().nbytes() for t in saved)
         sizes = Counter(t.untyped_storage().nbytes() // t.element_size() for t in saved)  # floats -> how many
-        rows.append(dict(S=S, bytes=nbytes, floats=nbytes // 4, exact=16 * S * d + h * S * S + 4 * S,
+        rows.append(dict(S=S, bytes=nbytes, floats=nbytes // 4, exact=exact_saved_floats(S, d, h, p_dropout),
                          storages=len(saved), sizes=dict(sizes)))
     A = np.array([[r["S"] * d, h * r["S"] ** 2] for r in rows], dtype=np.float64)
     (a, b), *_ = np.linalg.lstsq(A, np.array([r["floats"] for r in rows], dtype=np.float64), rcond=None)
-    return dict(d=d, h=h, rows=rows, a=float(a), b=float(b), crossover=float(a * d / (b * h)))
+    return dict(d=d, h=h, p_dropout=p_dropout, rows=rows, a=float(a), b=float(b), crossover=float(a * d / (b * h)))
 
 
 def activation_examples(a: float = 16, b: float = 1) -> list[dict]:
@@ -313,23 +327,39 @@ def activation_examples(a: float = 16, b: float = 1) -> list[dict]:
                  hss_part=b * h * S * S * fp16, crossover=a * d / (b * h)) for S in (8192, 4096)]
 
 
-def show_activation_memory(args):
-    r = activation_memory(seq_lens=(16, 32, 64, 128, 256) if args.quick else (16, 32, 64, 128, 256, 512))
+def show_activation_memory(args, p_dropout: float = 0.1):
+    seq_lens = (16, 32, 64, 128, 256) if args.quick else (16, 32, 64, 128, 256, 512)
+    r, rd = activation_memory(seq_lens), activation_memory(seq_lens, p_dropout=p_dropout)
     d, h = r["d"], r["h"]
-    common.header(4, "§8.3", f"Activations one Pre-LN layer saves for backward (d = {d}, h = {h}, float32)")
+    common.header(4, "§8.3", f"Activations one Pre-LN layer saves for backward (d = {d}, h = {h}, float32, "
+                             f"no dropout; beside it, dropout {p_dropout:g})")
     common.table([[x["S"], f"{x['bytes']:,}", f"{x['floats']:,}", f"{x['exact']:,}",
-                   "yes" if x["floats"] == x["exact"] else "NO", x["storages"]] for x in r["rows"]],
-                 headers=["S", "bytes saved", "floats", "16·S·d + h·S² + 4·S", "equal", "storages"],
+                   "yes" if x["floats"] == x["exact"] else "NO", x["storages"], f"{y['floats']:,}", f"{y['exact']:,}",
+                   "yes" if y["floats"] == y["exact"] else "NO", y["storages"]] for x, y in zip(r["rows"], rd["rows"])],
+                 headers=["S", "no dropout: bytes saved", "floats", "16·S·d + h·S² + 4·S", "equal", "storages",
+                          f"dropout {p_dropout:g}: floats", "18·S·d + 3·h·S² + 4·S", "equal", "storages"],
                  disable_numparse=True)
     x = next(x for x in r["rows"] if x["S"] == 128)  # S·d, 4·S·d, h·S² and S all differ here
+    y = next(y for y in rd["rows"] if y["S"] == 128)
     S = x["S"]
     names = {S * d: "S·d", 4 * S * d: "4·S·d", h * S * S: "h·S²", S: "S"}
-    print(f"(saved_tensors_hooks, storages deduplicated, parameters left out.) At S = {S} the storages are "
+    print(f"(saved_tensors_hooks, storages deduplicated, parameters left out; training mode.) Without dropout, at "
+          f"S = {S} the storages are "
           + ", ".join(f"{n} × {names.get(size, size)}" for size, n in sorted(x["sizes"].items(), reverse=True))
           + ":\nS·d: LN inputs and outputs, q, k, v, the merged heads; 4·S·d: GELU's input and output; "
             "h·S²: the softmax output; S: the LayerNorms' mean and 1/σ")
-    print(f"least-squares fit floats ≈ a·S·d + b·h·S²: a = {r['a']:.4f}, b = {r['b']:.4f}; "
-          f"the two parts are equal at S = a·d/(b·h) = {r['crossover']:.1f}\n")
+    extra = Counter(y["sizes"]) - Counter(x["sizes"])
+    print(f"Dropout {p_dropout:g} adds "
+          + ", ".join(f"{n} × {names.get(size, size)}" for size, n in sorted(extra.items(), reverse=True))
+          + ": the attention weights' mask and the dropped weights (AV's backward needs them, softmax's\nbackward "
+            "still needs its own output), and the masks of the attention output and of the FFN output (on CPU each "
+            "mask is a\nfloat32 tensor that the multiply keeps)")
+    for label, fit in (("no dropout", r), (f"dropout {p_dropout:g}", rd)):
+        print(f"least-squares fit floats ≈ a·S·d + b·h·S², {label}: a = {fit['a']:.4f}, b = {fit['b']:.4f}; "
+              f"the two parts are equal at S = a·d/(b·h) = {fit['crossover']:.1f}")
+    big = r["rows"][-1]["S"]
+    print(f"With dropout the h·S² part is {rd['b'] / r['b']:.0f}× larger, and at S = {big} the layer keeps "
+          f"{rd['rows'][-1]['floats'] / r['rows'][-1]['floats']:.2f}× the memory.\n")
     examples = activation_examples()
     common.table([[e["S"], f"{e['one_sd'] / MIB:.0f} MiB", f"{e['one_hss'] / GIB:.1f} GiB",
                    f"{e['sd_part'] / MIB:.0f} MiB", f"{e['hss_part'] / GIB:.1f} GiB", f"{e['crossover']:.0f}"]
@@ -363,38 +393,70 @@ def draw_activation_memory(r: dict, figures_dir):
 
 
 # ---- Part 5 · §8.3 the attention core's share of a layer's time ⏱ -----------------------------------------
-def attention_time_share(seq_lens=(128, 512, 2048), n_embd: int = 256, n_head: int = 4, repeats: int = 5,
-                         threads: int = 1) -> list[dict]:
-    """Wall-clock share of the attention core (scores, scale, mask, softmax, AV: self_attention, which
-    also merges the heads) in one Pre-LN layer's forward, torch float32; next to its FLOP share."""
-    layer = torch_ref.TransformerLayer(n_embd, n_head, p_dropout=0.0).float().eval()
-    mha = layer.attention
+def attention_time_share(seq_lens=(128, 512, 2048), n_embd: int = 256, n_head: int = 4, p_dropout: float = 0.1,
+                         repeats: int = 5, budget: float = 0.5, threads: int = 1, seed: int = 0) -> list[dict]:
+    """Wall-clock share of the attention core (scores, scale, mask, softmax, dropout on the weights, AV and
+    the merge of the heads: MultiHeadAttention.self_attention) in one Pre-LN layer's forward, torch float32,
+    training mode (autograd on, dropout p_dropout), next to its FLOP share.
+
+    The core is timed inside the layer's own forward: a wrapper around self_attention adds up the seconds
+    spent in it, so the core sees the inputs, the caches and the dropout of a real forward. Per S: the
+    median over up to `repeats` forwards (at least one, fewer once `budget` seconds are spent) of the layer's
+    time, the core's time and their ratio. `seed` seeds the weights, the inputs and the dropout masks; each
+    S draws its masks from its own seed, so how many forwards fit the budget changes no other S's draws.
+    """
     rows = []
-    with torch.no_grad(), torch_threads(threads):
+    with torch.random.fork_rng(), torch_threads(threads):
+        torch.manual_seed(seed)
+        layer = torch_ref.TransformerLayer(n_embd, n_head, p_dropout=p_dropout).float().train()
+        inputs = [torch.randn(1, S, n_embd) for S in seq_lens]
+        mask_seeds = torch.randint(2 ** 62, (len(seq_lens),)).tolist()
+        mha = layer.attention
+        core = mha.self_attention
+        in_core = []
+
+        def timed_core(*args, **kwargs):
+            with common.stopwatch() as elapsed:
+                out = core(*args, **kwargs)
+            in_core.append(elapsed())
+            return out
+
+        mha.self_attention = timed_core  # the instance's attribute shadows the method for this layer only
         layer(torch.randn(1, min(seq_lens), n_embd))  # warm-up
-        for S in seq_lens:
-            x = torch.randn(1, S, n_embd)
-            q, kT, v = mha.project_to_query_key_value(layer.ln_1(x))
-            mask = mha.create_causal_mask(S, x.dtype)
-            t_layer, _ = common.median_time(lambda: layer(x), repeats, budget=0.5)
-            t_core, _ = common.median_time(lambda: mha.self_attention(q, kT, v, mask), repeats, budget=0.5)
-            rows.append(dict(S=S, t_layer=t_layer, t_core=t_core, time_share=t_core / t_layer,
-                             flop_share=_attention_share(flop_formula(n_embd=n_embd, seq_len=S))))
+        for S, x, mask_seed in zip(seq_lens, inputs, mask_seeds):
+            torch.manual_seed(mask_seed)
+            t_layer, t_core, checksum = [], [], None
+            while len(t_layer) < repeats and (not t_layer or sum(t_layer) < budget):
+                in_core.clear()
+                with common.stopwatch() as elapsed:
+                    out = layer(x)
+                t_layer.append(elapsed())
+                t_core.append(sum(in_core))
+                if checksum is None:
+                    checksum = float(out.detach().double().sum())
+                del out  # frees the graph (and the activations it holds) before the next forward
+            shares = [c / t for c, t in zip(t_core, t_layer)]
+            rows.append(dict(S=S, t_layer=statistics.median(t_layer), t_core=statistics.median(t_core),
+                             time_share=statistics.median(shares), runs=len(t_layer), core_calls=len(in_core),
+                             flop_share=_attention_share(flop_formula(n_embd=n_embd, seq_len=S)),
+                             training=layer.training, p_dropout=p_dropout, checksum=checksum))
     return rows
 
 
 def show_attention_time(args):
     seq_lens = (128, 512) if args.quick else (128, 512, 2048)
-    d = 256
-    common.header(5, "§8.3", f"The attention core's share of one layer's time (d = {d}, h = 4, float32, 1 thread)")
-    rows = attention_time_share(seq_lens, n_embd=d)
+    d, h, p = 256, 4, 0.1
+    common.header(5, "§8.3", f"The attention core's share of one layer's time (d = {d}, h = {h}, float32, 1 thread, "
+                             f"training mode, dropout {p:g})")
+    rows = attention_time_share(seq_lens, n_embd=d, n_head=h, p_dropout=p, seed=args.seed)
     common.table([[r["S"], f"S/(6d + S) = {100 * r['flop_share']:.1f}%"] for r in rows],
                  headers=["S", "attention core's FLOP share"], disable_numparse=True)
     for r in rows:
-        common.timing(f"S = {r['S']:>4}: layer {1e3 * r['t_layer']:7.1f} ms, core {1e3 * r['t_core']:7.1f} ms, "
-                      f"time share {100 * r['time_share']:4.1f}% (FLOP share {100 * r['flop_share']:.1f}%)")
-    print("(median of up to 5 runs; scale, mask and softmax make almost no FLOPs but read and write the "
-          "h × S × S matrix several times)")
+        common.timing(f"S = {r['S']:>4}: layer forward {1e3 * r['t_layer']:7.1f} ms, core inside it "
+                      f"{1e3 * r['t_core']:7.1f} ms: time share {100 * r['time_share']:4.1f}% "
+                      f"(FLOP share {100 * r['flop_share']:.1f}%)")
+    print("(the core timed inside each forward of the layer; median of up to 5 forwards. Scale, mask, softmax and "
+          "dropout make\nalmost no FLOPs but read and write the h × S × S matrix several times)")
 
 
 PARTS = {1: show_parameters, 2: show_flops, 3: show_crossover, 4: show_activation_memory, 5: show_attention_time}
