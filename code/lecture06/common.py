@@ -134,8 +134,8 @@ def _seed(text: str) -> int:
         seed = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if not 0 <= seed < 2 ** 32 - 16:  # numpy takes seeds below 2**32; a claim over seeds adds up to 15
-        raise argparse.ArgumentTypeError(f"{seed} is outside 0 .. {2 ** 32 - 17}")
+    if not 0 <= seed < 2 ** 32:  # numpy's range
+        raise argparse.ArgumentTypeError(f"{seed} is outside 0 .. {2 ** 32 - 1}")
     return seed
 
 
@@ -160,18 +160,23 @@ def parse_args(doc: str, part_numbers, argv=None):
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seed", type=_seed, default=DEFAULT_SEED,
                         help=f"random seed (default {DEFAULT_SEED})")
-    parser.add_argument("--seeds", type=int, default=3, help="how many seeds each training claim is measured over (default 3)")
+    parser.add_argument("--seeds", type=int,
+                        help="how many seeds (--seed, --seed + 1, ...) each training claim is measured over "
+                             "(default 3; 1 with --quick)")
     parser.add_argument("--part", type=int, choices=sorted(part_numbers),
                         help="run only this part (default: all)")
     parser.add_argument("--quick", action="store_true",
-                        help="smaller sizes for a fast check (tests use it); the effects stay, digits move. "
+                        help="smaller sizes and one seed, for a fast check (tests use it). "
                              "Draws no figures unless --figures is given, so the committed full-size ones stay")
     parser.add_argument("--figures", metavar="DIR", type=_figures_dir,
                         help="where to write figures (default: figures/ at the repository root)")
     parser.add_argument("--no-figures", action="store_true", help="draw no figures")
     args = parser.parse_args(argv)
-    if args.seeds < 1:
-        parser.error(f"argument --seeds: {args.seeds} is not a count of seeds; give 1 or more")
+    if args.seeds is None:
+        args.seeds = 1 if args.quick else 3
+    if args.seeds < 1 or args.seed + args.seeds > 2 ** 32:
+        parser.error(f"argument --seeds: {args.seeds} seeds from --seed {args.seed} do not fit numpy's seeds "
+                     f"0 .. {2 ** 32 - 1}; give 1 or more, ending below 2**32")
     if args.no_figures or (args.quick and args.figures is None):
         args.figures = None
     elif args.figures is None:
