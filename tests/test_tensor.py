@@ -24,6 +24,13 @@ CASES = [
     ("add broadcast right", lambda a, b: a + b, [(2, 3, 4), (4,)], None),
     ("add broadcast left", lambda a, b: a + b, [(3, 1), (2, 1, 4)], None),
     ("add constant", lambda a: a + 2.5, [(3, 4)], None),
+    ("sub", lambda a, b: a - b, [(3, 4), (3, 4)], None),
+    ("sub broadcast right", lambda a, b: a - b, [(2, 3, 4), (3, 1)], None),
+    ("sub broadcast left", lambda a, b: a - b, [(1, 4), (2, 3, 4)], None),
+    ("sub broadcast both", lambda a, b: a - b, [(3, 1), (1, 4)], None),
+    ("sub constant", lambda a: a - 2.5, [(3, 4)], None),
+    ("rsub array", lambda a: np.arange(12.0).reshape(3, 4) - a, [(3, 4)], None),
+    ("sub same tensor", lambda a: a - a * a, [(3, 4)], None),
     ("mul", lambda a, b: a * b, [(3, 4), (3, 4)], None),
     ("mul broadcast right", lambda a, b: a * b, [(2, 3, 4), (3, 1)], None),
     ("mul broadcast left", lambda a, b: a * b, [(1, 4), (2, 3, 4)], None),
@@ -50,7 +57,6 @@ CASES = [
     ("permute then contiguous", lambda a: a.permute(1, 2, 0).contiguous(), [(2, 3, 4)], None),
     ("embedding repeated ids", lambda w: embedding(w, np.array([[0, 2, 2], [4, 0, 2]])), [(5, 3)], None),
     # compositions
-    ("sub", lambda a, b: a - b, [(3, 4), (4,)], None),
     ("rsub", lambda a: 1.5 - a, [(3, 4)], None),
     ("div tensor", lambda a, b: a / b, [(3, 4), (3, 1)], (0.3, 2.0)),
     ("div constant", lambda a: a / 3.0, [(3, 4)], None),
@@ -217,14 +223,17 @@ def test_view_after_permute_raises_like_torch():
 def test_op_counter_counts_by_kind():
     a, b = leaf((2, 3)), leaf((3, 2), seed=1)
     with count_ops() as counts:
-        y = (a @ b).exp() - a.max()           # matmul, exp, max, neg, add
-        y = y.sum(axis=0).view(1, 2).permute(1, 0).contiguous()
+        y = (a @ b).exp() - a.max()           # matmul, exp, max, sub: one primitive, not neg + add
+        y = -y.sum(axis=0).view(1, 2).permute(1, 0).contiguous() + 3.0
         y = y.sigmoid().relu().log() * 2.0
         e = embedding(a, [1, 0, 1])
-    assert counts == Counter({"matmul": 1, "exp": 1, "max": 1, "neg": 1, "add": 1, "sum": 1, "view": 1,
-                              "permute": 1, "contiguous": 1, "sigmoid": 1, "relu": 1, "log": 1, "mul": 1,
-                              "embedding": 1})
-    assert set(counts) == PRIMITIVES and len(PRIMITIVES) == 14
+    assert counts == Counter({"matmul": 1, "exp": 1, "max": 1, "sub": 1, "neg": 1, "add": 1, "sum": 1,
+                              "view": 1, "permute": 1, "contiguous": 1, "sigmoid": 1, "relu": 1, "log": 1,
+                              "mul": 1, "embedding": 1})
+    assert set(counts) == PRIMITIVES and len(PRIMITIVES) == 15
+    with count_ops() as counts:
+        1.5 - a                               # a constant minus a tensor is one sub as well
+    assert counts == Counter({"sub": 1})
     with count_ops() as counts:
         (y * y).sum().backward()              # backward launches are not forward ops
         with no_grad():
@@ -246,11 +255,11 @@ def test_error_matmul_shapes():
         leaf((3, 4)) @ leaf((4,))
 
 
-@pytest.mark.parametrize("op", ["add", "mul"])
+@pytest.mark.parametrize("op", ["add", "sub", "mul"])
 def test_error_cannot_broadcast(op):
     a, b = leaf((2, 3)), leaf((4,))
     with pytest.raises(ValueError, match=rf"{op}: shapes \(2, 3\) and \(4,\) cannot broadcast"):
-        a + b if op == "add" else a * b
+        {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b}[op]()
 
 
 def test_error_backward_non_scalar():
@@ -318,11 +327,12 @@ def test_broadcast_rule_matches_numpy():
             assert T._broadcasts(a, b) == expected, (a, b)
 
 
-@pytest.mark.parametrize("op", ["neg", "exp", "log", "sigmoid", "relu", "sum", "view", "mul", "add"])
+@pytest.mark.parametrize("op", ["neg", "exp", "log", "sigmoid", "relu", "sum", "view", "mul", "add", "sub"])
 def test_zero_dimensional_tensors(op):
     """A 0-d tensor (a scalar, e.g. a loss) goes through every elementwise primitive and back."""
     x = leaf((), low=0.5, high=2.0)
     f = {"neg": lambda: -x, "exp": x.exp, "log": x.log, "sigmoid": x.sigmoid, "relu": x.relu,
-         "sum": x.sum, "view": lambda: x.view(1, 1), "mul": lambda: x * x, "add": lambda: x + 1.0}[op]
+         "sum": x.sum, "view": lambda: x.view(1, 1), "mul": lambda: x * x, "add": lambda: x + 1.0,
+         "sub": lambda: 1.0 - x}[op]
     assert isinstance(f().data, np.ndarray)
     check_gradients(f, [x])

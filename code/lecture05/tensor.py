@@ -14,9 +14,9 @@ How it works (micrograd's design, with arrays):
 - Every primitive call increments `OP_COUNTS[kind]`: each call would be one kernel launch on a
   GPU, which is what script 03 part 5 counts (notes §8.4).
 
-The primitives (14): add, mul, neg, exp, log, sigmoid, relu, matmul, sum, max (value only,
+The primitives (15): add, sub, mul, neg, exp, log, sigmoid, relu, matmul, sum, max (value only,
 treated as a constant), view, permute, contiguous, embedding (gather; backward is scatter-add).
-Subtraction, division by a constant, softmax, GELU, 1/sqrt are compositions of these.
+Division, softmax, GELU, 1/sqrt are compositions of these.
 """
 from __future__ import annotations
 
@@ -171,6 +171,19 @@ class Tensor:
                 b._accumulate(_unbroadcast(g * a.data, b.shape))
         return self._result(a.data * b.data, (a, b), "mul", backward)
 
+    def __sub__(self, other) -> "Tensor":
+        # a primitive rather than a + (-b), as in most frameworks: one launch instead of two
+        other = self._wrap(other)
+        _broadcast_shape(self.shape, other.shape, "sub")
+        a, b = self, other
+
+        def backward(g):
+            if a.requires_grad:
+                a._accumulate(_unbroadcast(g, a.shape))
+            if b.requires_grad:
+                b._accumulate(-_unbroadcast(g, b.shape))
+        return self._result(a.data - b.data, (a, b), "sub", backward)
+
     def __neg__(self) -> "Tensor":
         a = self
 
@@ -306,11 +319,8 @@ class Tensor:
     def __radd__(self, other):
         return self + other
 
-    def __sub__(self, other):
-        return self + (-self._wrap(other))
-
     def __rsub__(self, other):
-        return self._wrap(other) + (-self)
+        return self._wrap(other) - self
 
     def __rmul__(self, other):
         return self * other

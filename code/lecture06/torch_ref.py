@@ -85,14 +85,14 @@ class MultiHeadAttention(nn.Module):
     def create_causal_mask(seq_len: int, dtype=DTYPE, device=None):
         return torch.triu(torch.full((1, 1, seq_len, seq_len), MASK_VALUE, dtype=dtype, device=device), 1)
 
-    def _split_heads(self, x):
+    def _split_heads(self, x, dims=(0, 2, 1, 3)):
         batch_size, seq_len, _ = x.shape
-        return x.view(batch_size, seq_len, self.n_head, self.attn_hidden_dim).permute(0, 2, 1, 3)
+        return x.view(batch_size, seq_len, self.n_head, self.attn_hidden_dim).permute(*dims)
 
     def project_to_query_key_value(self, x, kv=None):
         kv = x if kv is None else kv
         q = self._split_heads(self.q_projection(x))
-        kT = self._split_heads(self.k_projection(kv)).permute(0, 1, 3, 2)
+        kT = self._split_heads(self.k_projection(kv), (0, 2, 3, 1))
         v = self._split_heads(self.v_projection(kv))
         return q, kT, v
 

@@ -1,7 +1,7 @@
 """HW3's Transformer modules, built only from lecture 5's tensor.py primitives (notes §9.1).
 
 Not one line of backward is written here: every module is a composition of tensor.py's primitives
-(add, mul, neg, exp, log, sigmoid, matmul, sum, max, view, permute, contiguous, embedding), so
+(add, sub, mul, neg, exp, log, sigmoid, matmul, sum, max, view, permute, contiguous, embedding), so
 autodiff differentiates all of it. torch_ref.py is the PyTorch twin with the same names.
 
 What follows which part of the notes (and of the paper, Vaswani et al. 2017):
@@ -273,10 +273,10 @@ class MultiHeadAttention(Module):
         pad_mask = np.asarray(pad_mask, dtype=bool)
         return Tensor(np.where(pad_mask, MASK_VALUE, 0.0)[:, None, None, :])
 
-    def _split_heads(self, x: Tensor) -> Tensor:
+    def _split_heads(self, x: Tensor, dims=(0, 2, 1, 3)) -> Tensor:
         batch_size, seq_len, _ = x.shape
         x = x.view(batch_size, seq_len, self.n_head, self.attn_hidden_dim)  # (B, S, D) -> (B, S, h, Dh)
-        return x.permute(0, 2, 1, 3)                                       # -> (B, h, S, Dh), no copy
+        return x.permute(*dims)                                            # -> (B, h, S, Dh) by default, no copy
 
     def project_to_query_key_value(self, x: Tensor, kv: Tensor | None = None):
         """
@@ -289,7 +289,7 @@ class MultiHeadAttention(Module):
         """
         kv = x if kv is None else kv
         q = self._split_heads(self.q_projection(x))
-        kT = self._split_heads(self.k_projection(kv)).permute(0, 1, 3, 2)  # (B, h, S, Dh) -> (B, h, Dh, S)
+        kT = self._split_heads(self.k_projection(kv), (0, 2, 3, 1))       # (B, S, h, Dh) -> (B, h, Dh, S) at once
         v = self._split_heads(self.v_projection(kv))
         return q, kT, v
 
