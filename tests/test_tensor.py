@@ -108,6 +108,12 @@ def test_max_is_a_constant_value():
     np.testing.assert_array_equal(x.grad, np.ones((3, 4)))
 
 
+def test_max_with_finite_true_puts_zero_where_the_maximum_is_infinite():
+    x = T.tensor([[-np.inf, -np.inf], [np.inf, 1.0], [2.0, -np.inf], [3.0, 1.0]])
+    np.testing.assert_array_equal(x.max(axis=1).data, [-np.inf, np.inf, 2.0, 3.0])
+    np.testing.assert_array_equal(x.max(axis=1, keepdims=True, finite=True).data, [[0.0], [0.0], [2.0], [3.0]])
+
+
 # ---- autodiff bookkeeping ------------------------------------------------------------------------
 def test_node_used_twice():
     a = leaf((3,))
@@ -285,8 +291,12 @@ def test_error_embedding_index():
         embedding(w, np.array([0.5]))
 
 
-def test_error_log_non_positive():
-    with pytest.raises(ValueError, match=r"log: input of shape \(3,\) has entries <= 0 \(min -1\)"):
+def test_log_of_zero_is_minus_inf_as_in_torch_and_a_negative_entry_is_refused():
+    x = T.tensor([1.0, 0.0], requires_grad=True)
+    y = x.log()
+    np.testing.assert_array_equal(y.data, torch.log(torch.tensor([1.0, 0.0], dtype=torch.float64)).numpy())
+    assert y.data[1] == -np.inf
+    with pytest.raises(ValueError, match=r"log: input of shape \(3,\) has entries < 0 \(min -1\)"):
         T.tensor([1.0, 0.0, -1.0]).log()
 
 

@@ -129,6 +129,52 @@ def test_softmax_loss_values_and_gradient():
     np.testing.assert_allclose(z.grad, p - np.eye(3)[y], rtol=0, atol=1e-15)
 
 
+INF = np.inf
+INFINITE_ROWS = np.array([[-INF, -INF, -INF], [INF, 1.0, 2.0], [INF, -INF, 0.0], [INF, INF, 1.0],
+                          [-INF, 0.0, 1.0], [0.0, -INF, 1.0], [1000.0, 999.0, 998.0], [1.0, 2.0, 3.0]])
+
+
+def test_logsumexp_of_a_row_of_minus_inf_is_minus_inf_and_of_a_row_holding_plus_inf_is_plus_inf_as_in_torch():
+    ours = tr.logsumexp(T.tensor(INFINITE_ROWS), dim=1).data[:, 0]
+    theirs = torch.logsumexp(torch.from_numpy(INFINITE_ROWS), dim=1).numpy()
+    assert not np.isnan(ours).any()
+    np.testing.assert_array_equal(ours[:4], [-INF, INF, INF, INF])
+    np.testing.assert_allclose(ours, theirs, rtol=1e-15, atol=0)     # infinities compared exactly
+    np.testing.assert_allclose(tr.logsumexp(T.tensor(INFINITE_ROWS.T), dim=0).data[0], theirs, rtol=1e-15)
+
+
+def test_softmax_loss_with_infinite_logits_is_logsumexp_minus_z_y_as_torch_computes_it():
+    """F.cross_entropy agrees wherever it is defined: finite rows and rows holding -inf (a -inf logit
+    off the target costs nothing; on the target, the loss is inf). A row holding +inf is nan in
+    F.cross_entropy, whose log_softmax subtracts the inf max; ours gives logsumexp(z) - z_y there:
+    +inf, or nan where z_y is +inf too."""
+    y = np.array([0, 1, 0, 2, 2, 1, 0, 2])
+    z = Tensor(INFINITE_ROWS.copy())
+    with np.errstate(invalid="ignore"):
+        loss = tr.softmax_loss(z, y).data
+        zt = torch.from_numpy(INFINITE_ROWS)
+        definition = (torch.logsumexp(zt, dim=1) - zt[np.arange(8), y]).numpy()
+    np.testing.assert_allclose(loss, definition, rtol=1e-15, atol=0, equal_nan=True)
+    np.testing.assert_array_equal(np.isnan(loss), [True, False, True, False, False, False, False, False])
+    no_plus_inf = ~(INFINITE_ROWS == INF).any(axis=1)
+    official = F.cross_entropy(zt, torch.from_numpy(y), reduction="none").numpy()
+    np.testing.assert_allclose(loss[no_plus_inf], official[no_plus_inf], rtol=0, atol=1e-12, equal_nan=True)
+    assert loss[5] == INF and np.isfinite(loss[4])                 # -inf on the target; -inf elsewhere
+
+
+def test_gradients_of_finite_rows_do_not_change_when_another_row_is_infinite():
+    finite = np.random.default_rng(0).standard_normal((3, 4)) * 5
+    y = np.array([1, 3, 0])
+    alone, mixed = Tensor(finite.copy(), requires_grad=True), Tensor(
+        np.vstack([finite, [[-INF, 0.0, INF, 1.0]]]), requires_grad=True)
+    tr.softmax_loss(alone, y).sum().backward()
+    with np.errstate(invalid="ignore"):
+        tr.softmax_loss(mixed, np.append(y, 1)).sum().backward()
+    np.testing.assert_array_equal(mixed.grad[:3], alone.grad)
+    p = np.exp(finite - finite.max(1, keepdims=True))
+    np.testing.assert_allclose(alone.grad, p / p.sum(1, keepdims=True) - np.eye(4)[y], rtol=0, atol=1e-15)
+
+
 # ---- the two identities of notes §9.1 -----------------------------------------------------------
 def test_gelu_is_x_sigmoid_2u():
     x = np.linspace(-6, 6, 2001)

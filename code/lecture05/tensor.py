@@ -200,13 +200,15 @@ class Tensor:
 
     def log(self) -> "Tensor":
         a = self
-        if np.any(a.data <= 0):
-            raise ValueError(f"log: input of shape {a.shape} has entries <= 0 "
-                             f"(min {a.data.min():.3g}); add a positive eps first")
+        if np.any(a.data < 0):
+            raise ValueError(f"log: input of shape {a.shape} has entries < 0 "
+                             f"(min {a.data.min():.3g}); log is real only for x >= 0")
 
         def backward(g):
-            a._accumulate(g / a.data)
-        return self._result(np.log(a.data), (a,), "log", backward)
+            with np.errstate(divide="ignore"):
+                a._accumulate(g / a.data)
+        with np.errstate(divide="ignore"):  # log 0 = -inf, as in torch: logsumexp of an all -inf row needs it
+            return self._result(np.log(a.data), (a,), "log", backward)
 
     def sigmoid(self) -> "Tensor":
         a = self
@@ -270,11 +272,15 @@ class Tensor:
             a._accumulate(np.broadcast_to(g, a.shape))
         return self._result(a.data.sum(axis=axis, keepdims=keepdims), (a,), "sum", backward)
 
-    def max(self, axis=None, keepdims: bool = False) -> "Tensor":
+    def max(self, axis=None, keepdims: bool = False, finite: bool = False) -> "Tensor":
         """The maximum's value as a constant (no gradient): softmax and logsumexp subtract it,
-        and softmax(x - m) is the same for every m, so treating m as constant is exact (notes §9.1)."""
+        and softmax(x - m) is the same for every m, so treating m as constant is exact (notes §9.1).
+
+        finite=True gives 0 where the maximum is ±inf: any finite shift is exact, and an infinite one
+        would turn inf - inf into nan (torch.logsumexp shifts the same way)."""
         OP_COUNTS["max"] += 1
-        return Tensor(self.data.max(axis=axis, keepdims=keepdims))
+        m = self.data.max(axis=axis, keepdims=keepdims)
+        return Tensor(np.where(np.isinf(m), 0.0, m) if finite else m)
 
     def view(self, *shape) -> "Tensor":
         a = self

@@ -45,8 +45,11 @@ def set_seed(seed: int):
 
 # ---- functions --------------------------------------------------------------------------------
 def logsumexp(x: Tensor, dim: int = -1) -> Tensor:
-    """log Σ exp(x) along dim, keepdims. The max is subtracted first so nothing overflows."""
-    m = x.max(axis=dim, keepdims=True)  # a constant: exact, because the result does not depend on m
+    """log Σ exp(x) along dim, keepdims. The max is subtracted first so nothing overflows.
+
+    As torch.logsumexp: a row of -inf gives -inf, a row holding +inf gives +inf (the shift is 0 there,
+    since subtracting an infinite max would give inf - inf = nan)."""
+    m = x.max(axis=dim, keepdims=True, finite=True)  # a constant: exact, the result does not depend on m
     return (x - m).exp().sum(axis=dim, keepdims=True).log() + m
 
 
@@ -75,8 +78,10 @@ def softmax_loss(logits: Tensor, target) -> Tensor:
     if target.size and (target.min() < 0 or target.max() >= n_classes):
         raise IndexError(f"softmax_loss: target ids must lie in 0..{n_classes - 1}, "
                          f"got min {target.min()}, max {target.max()}")
-    onehot = np.eye(n_classes)[target]
-    picked = (logits * onehot).sum(axis=1)                # (N, C) -> (N,)
+    # z_y by lookup: the N·C logits as a table of one-number rows. (A one-hot multiply would make
+    # -inf · 0 = nan wherever a row holds an infinite logit; torch gathers too.)
+    flat = (logits if logits.is_contiguous() else logits.contiguous()).view(-1, 1)
+    picked = embedding(flat, np.arange(len(target)) * n_classes + target).view(-1)   # (N,)
     return logsumexp(logits, dim=1).view(-1) - picked
 
 
