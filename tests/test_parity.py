@@ -159,6 +159,24 @@ def test_lm_loss_training_steps_match():
     assert max(diffs.values()) <= 3 * 1e-2 * 1e-15 / 1e-8        # 3 steps of lr·|noise|/eps
 
 
+def test_lm_loss_with_ignore_index_matches_cross_entropy_and_the_twin():
+    """Padded positions (-100, F.cross_entropy's default) and another ignore_index: value and gradient."""
+    logits = np.random.default_rng(6).standard_normal((B, S, V)) * 3
+    targets = np.random.default_rng(7).integers(0, V, (B, S))
+    targets[0, -2:] = targets[2, 1:] = -100
+    for ignore_index, t in [(-100, targets), (3, np.where(targets == -100, 3, np.where(targets == 3, 4, targets)))]:
+        z = Tensor(logits.copy(), requires_grad=True)
+        loss = tr.lm_loss(z, t, ignore_index=ignore_index)
+        loss.backward()
+        tz = f64(logits).requires_grad_()
+        official = F.cross_entropy(tz.reshape(-1, V), torch.from_numpy(t).reshape(-1), ignore_index=ignore_index)
+        official.backward()
+        assert abs(loss.item() - official.item()) <= TOL
+        assert max_diff(z.grad, tz.grad) <= TOL
+        assert torch_ref.lm_loss(f64(logits), t, ignore_index=ignore_index).item() == official.item()
+        assert (z.grad[t == ignore_index] == 0).all()
+
+
 # ---- torch_ref.py against torch.nn ---------------------------------------------------------------
 def f64(x) -> torch.Tensor:
     return torch.as_tensor(np.asarray(x), dtype=torch.float64)

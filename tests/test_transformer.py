@@ -175,6 +175,36 @@ def test_gradients_of_finite_rows_do_not_change_when_another_row_is_infinite():
     np.testing.assert_allclose(alone.grad, p / p.sum(1, keepdims=True) - np.eye(4)[y], rtol=0, atol=1e-15)
 
 
+def test_lm_loss_leaves_out_positions_whose_target_is_ignore_index_in_value_and_gradient():
+    logits = leaf((B, S, V), seed=3)
+    targets = np.array([[1, 2, -100], [0, -100, -100]])
+    kept = targets != -100
+    loss = tr.lm_loss(logits, targets)
+    loss.backward()
+    per_position = tr.softmax_loss(Tensor(logits.data.reshape(-1, V)), np.where(kept, targets, 0).reshape(-1))
+    assert loss.item() == pytest.approx(per_position.data[kept.reshape(-1)].mean(), rel=1e-15)
+    assert (logits.grad[~kept] == 0).all() and (np.abs(logits.grad[kept]).max(axis=-1) > 0).all()
+    moved = Tensor(logits.data + np.where(kept, 0.0, 50.0)[..., None])       # padded logits changed
+    assert tr.lm_loss(moved, targets).item() == loss.item()                   # bit-identical
+    check_gradients(lambda: tr.lm_loss(logits, targets, ignore_index=-100), [logits])
+    assert tr.lm_loss(logits, np.where(kept, targets, 4), ignore_index=4).item() == loss.item()  # any id
+    with pytest.raises(ValueError, match="every target is ignore_index=-100"):
+        tr.lm_loss(logits, np.full((B, S), -100))
+
+
+def test_padding_after_the_end_changes_neither_loss_nor_gradients_of_a_causal_model():
+    model = tr.DecoderLM(V, D, H, n_positions=5, n_layers=1, p_dropout=0.0)
+    ids = np.array([[1, 2, 3, 0, 0], [4, 1, 0, 0, 0]])                       # 0 pads the end
+    targets = np.array([[2, 3, 4, -100, -100], [1, 2, -100, -100, -100]])
+    tr.lm_loss(model(ids), targets).backward()
+    padded = {n: p.grad for n, p in model.named_parameters()}
+    model.zero_grad()
+    tr.lm_loss(model(ids[:, :3]), targets[:, :3]).backward()                 # causal: nothing sees the pads
+    for name, p in model.named_parameters():
+        np.testing.assert_allclose(p.grad, padded[name], rtol=1e-12, atol=1e-15, err_msg=name)
+    assert (padded["position_embeddings.weights"][3:] == 0).all()
+
+
 # ---- the two identities of notes §9.1 -----------------------------------------------------------
 def test_gelu_is_x_sigmoid_2u():
     x = np.linspace(-6, 6, 2001)

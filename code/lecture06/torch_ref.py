@@ -185,6 +185,13 @@ class DecoderLM(nn.Module):
         return self.lm_head(x)
 
 
+def lm_loss(logits, targets, ignore_index: int = -100):
+    """transformer.lm_loss's twin: F.cross_entropy over (B, S, V) logits, leaving out ignore_index."""
+    targets = targets if torch.is_tensor(targets) else torch.as_tensor(np.asarray(targets))
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1).to(logits.device),
+                           ignore_index=ignore_index)
+
+
 def copy_from(twin: nn.Module, ours) -> nn.Module:
     """Copy every parameter of our transformer.py module into its torch twin and link the dropouts.
 

@@ -449,10 +449,24 @@ class DecoderLM(Module):
         return self.lm_head(x)
 
 
-def lm_loss(logits: Tensor, targets) -> Tensor:
-    """Mean next-token cross-entropy over all positions: (B, S, V) logits, (B, S) targets."""
+def lm_loss(logits: Tensor, targets, ignore_index: int = -100) -> Tensor:
+    """Mean next-token cross-entropy: (B, S, V) logits, (B, S) targets.
+
+    Positions whose target is ignore_index are left out, as in F.cross_entropy (same default, -100):
+    the mean is over the other positions, and the ignored ones get exactly zero gradient. Use it for
+    padding, or to train only on the target half of a decoder-only translation (notes §6.3).
+    """
     batch_size, seq_len, n_vocab = logits.shape
-    return softmax_loss(logits.view(batch_size * seq_len, n_vocab), np.asarray(targets).reshape(-1)).mean()
+    targets = np.asarray(targets).reshape(-1)
+    keep = targets != ignore_index
+    n_kept = int(keep.sum())
+    if n_kept == 0:  # F.cross_entropy returns nan here
+        raise ValueError(f"lm_loss: every target is ignore_index={ignore_index}, so there is no position "
+                         f"to average over")
+    losses = softmax_loss(logits.view(batch_size * seq_len, n_vocab), np.where(keep, targets, 0))
+    if n_kept == targets.size:
+        return losses.mean()
+    return (losses * (keep / n_kept)).sum()   # ignored positions weigh 0: no loss, no gradient
 
 
 class SGD:
