@@ -128,18 +128,39 @@ def test_node_used_twice():
     np.testing.assert_allclose(a.grad, np.exp(a.data) * (a.data + 2), rtol=1e-15)
 
 
-def test_repeated_backward_accumulates():
+def test_gradients_accumulate_over_separate_forward_passes_until_zeroed():
     a, b = leaf((2, 3)), leaf((2, 3), seed=1)
-    loss = (a * b).sum()
-    loss.backward()
+    (a * b).sum().backward()
     first = a.grad.copy()
     np.testing.assert_array_equal(first, b.data)
-    loss.backward()                      # the same graph again: gradients add up until zeroed
+    (a * b).sum().backward()             # a new graph: its gradients add up
     np.testing.assert_array_equal(a.grad, 2 * first)
-    (a * b).sum().backward()             # and so does a new graph
-    np.testing.assert_array_equal(a.grad, 3 * first)
     a.zero_grad()
     assert a.grad is None
+
+
+def test_a_second_backward_through_the_same_graph_is_refused_unless_retain_graph_like_torch():
+    a, b = leaf((2, 3)), leaf((2, 3), seed=1)
+    loss = (a * b).exp().sum()
+    loss.backward()
+    first = a.grad.copy()
+    with pytest.raises(RuntimeError, match=r"already been backpropagated through.*retain_graph=True"):
+        loss.backward()
+    np.testing.assert_array_equal(a.grad, first)           # refused before any gradient moved
+    shared = (a * b).exp()                                  # two losses sharing a subgraph
+    shared.sum().backward()
+    with pytest.raises(RuntimeError, match="retain_graph=True"):
+        (shared * 2.0).sum().backward()
+    a.zero_grad()
+    loss = (a * b).exp().sum()
+    loss.backward(retain_graph=True)
+    loss.backward()                                         # kept for exactly this: the sum of both
+    np.testing.assert_array_equal(a.grad, 2 * first)
+    t = torch.from_numpy(a.data.copy()).requires_grad_()
+    torch_loss = (t * torch.from_numpy(b.data)).exp().sum()
+    torch_loss.backward()
+    with pytest.raises(RuntimeError, match="retain_graph=True"):  # torch refuses the same way
+        torch_loss.backward()
 
 
 def test_grad_is_not_aliased():

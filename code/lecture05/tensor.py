@@ -10,7 +10,9 @@ How it works (micrograd's design, with arrays):
   adds the output's gradient, pushed through the local derivative, into its inputs' `.grad`.
 - `backward()` sorts the graph topologically with an explicit stack (no recursion, so a chain of
   thousands of operations is fine) and runs the closures in reverse order. Gradients accumulate
-  until `zero_grad`, so a tensor used twice receives both contributions.
+  until `zero_grad`, so a tensor used twice receives both contributions. As in torch, a graph is
+  backpropagated through once: the closures are released, and a second backward() through them
+  is refused unless the first one was called with retain_graph=True.
 - Every primitive call increments `OP_COUNTS[kind]`: each call would be one kernel launch on a
   GPU, which is what script 03 part 5 counts (notes §8.4).
 
@@ -73,6 +75,11 @@ def _broadcast_shape(a: tuple, b: tuple, op: str):
     if not _broadcasts(a, b):
         raise ValueError(f"{op}: shapes {a} and {b} cannot broadcast; "
                          f"trailing dimensions must be equal or 1")
+
+
+def _released(g):
+    """Stands in for a backward closure that backward() has run and let go of (see backward)."""
+    raise AssertionError("a released backward closure was called")
 
 
 class Tensor:
@@ -355,8 +362,12 @@ class Tensor:
         return self.permute(*dims)
 
     # ---- backpropagation ------------------------------------------------------------------
-    def backward(self, grad=None):
-        """Accumulate d(self)/d(leaf) into every leaf's .grad that requires a gradient."""
+    def backward(self, grad=None, retain_graph: bool = False):
+        """Accumulate d(self)/d(leaf) into every leaf's .grad that requires a gradient.
+
+        The graph's closures are released afterwards (as torch frees its saved tensors), so calling
+        backward() through them again raises instead of silently adding the same gradients twice;
+        retain_graph=True keeps them for another pass."""
         if not self.requires_grad:
             raise RuntimeError("backward: this tensor does not depend on any tensor with "
                                "requires_grad=True, so there is nothing to differentiate")
@@ -377,17 +388,26 @@ class Tensor:
                 continue
             if id(node) in visited:
                 continue
+            if node._backward is _released:  # checked before any gradient is touched
+                raise RuntimeError("backward: this graph has already been backpropagated through, and its "
+                                   "backward closures released; doing it again would add the same gradients "
+                                   "a second time. Call the first backward(retain_graph=True) to go through "
+                                   "the graph twice, or run the forward pass again")
             visited.add(id(node))
             stack.append((node, True))
             stack.extend((p, False) for p in node._parents if p.requires_grad and id(p) not in visited)
 
         self._accumulate(grad)
         for node in reversed(order):
-            if node._backward is not None and node.grad is not None:
+            if node._backward is None:
+                if node.grad is not None and not node._grad_owned:
+                    node.grad, node._grad_owned = np.array(node.grad), True  # a leaf's own, writable copy
+                continue
+            if node.grad is not None:
                 node._backward(node.grad)
                 node.grad = None  # free intermediates' gradients
-            elif not node._grad_owned and node.grad is not None:
-                node.grad, node._grad_owned = np.array(node.grad), True  # a leaf's own, writable copy
+            if not retain_graph:
+                node._backward = _released
 
 
 def tensor(data, requires_grad: bool = False) -> Tensor:
