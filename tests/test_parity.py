@@ -293,6 +293,25 @@ def test_softmax_loss_vs_cross_entropy():
     assert max_diff(z.grad, tz.grad) <= TOL
 
 
+def zeros_for(module, shape):
+    return torch.zeros(shape, dtype=torch.float64) if module is torch_ref else Tensor(np.zeros(shape))
+
+
+@pytest.mark.parametrize("build,error,message", [
+    (lambda m: m.DecoderLM(V, D, H, n_positions=S, n_layers=-1), ValueError, "n_layers must be an integer >= 0"),
+    (lambda m: m.DecoderLM(0, D, H, n_positions=S), ValueError, "n_vocab must be an integer >= 1"),
+    (lambda m: m.MultiHeadAttention(8, 0), ValueError, "n_head must be an integer >= 1"),
+    (lambda m: m.MultiHeadAttention(6, 4), ValueError, "n_embd=6 is not divisible by n_head=4"),
+    (lambda m: m.Embedding(V, D)(np.ones(V, dtype=bool)), TypeError, "token ids must be integers"),
+    (lambda m: m.MultiHeadAttention(D, H, causal=False)(zeros_for(m, (1, 2, D)), pad_mask=np.array([[1, 0]])),
+     TypeError, "True at padded positions"),
+], ids=["n_layers", "n_vocab", "n_head", "divisible", "bool ids", "int pad_mask"])
+def test_torch_ref_refuses_the_same_bad_arguments_as_ours(build, error, message):
+    for module in (tr, torch_ref):
+        with pytest.raises(error, match=message):
+            build(module)
+
+
 # ---- Adam ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("betas,eps", [((0.9, 0.999), 1e-8), ((0.9, 0.98), 1e-9)])
 def test_adam_matches_torch(betas, eps):

@@ -416,3 +416,57 @@ def test_errors():
         tr.DecoderLM(V, D, H, n_positions=S)(np.array([[1, 5]]))
     with pytest.raises(ValueError, match="d must be even"):
         tr.sinusoidal_positions(4, 5)
+
+
+def test_optimizers_refuse_a_learning_rate_that_is_not_positive_and_adam_refuses_bad_betas_or_eps():
+    params = [tr.Parameter(np.zeros(2))]
+    for lr in (-0.1, 0.0, float("nan")):
+        with pytest.raises(ValueError, match=rf"Adam: lr must be > 0, got {lr}"):
+            tr.Adam(params, lr=lr)
+    with pytest.raises(ValueError, match=r"SGD: lr must be > 0, got -1"):
+        tr.SGD(params, lr=-1)
+    for betas in [(0.9, 1.0), (-0.1, 0.999), (0.9,)]:
+        with pytest.raises(ValueError, match=r"Adam: betas must be two numbers in \[0, 1\)"):
+            tr.Adam(params, betas=betas)
+    for eps in (0.0, -1e-8):
+        with pytest.raises(ValueError, match=rf"Adam: eps must be > 0, got {eps}"):
+            tr.Adam(params, eps=eps)
+    tr.Adam(params, lr=1e-3, betas=(0.0, 0.0), eps=1e-12).step()           # the edges that are allowed
+
+
+def test_decoder_lm_refuses_a_negative_layer_count_and_an_empty_vocabulary():
+    with pytest.raises(ValueError, match=r"DecoderLM: n_layers must be an integer >= 0, got -1"):
+        tr.DecoderLM(V, D, H, n_positions=S, n_layers=-1)
+    with pytest.raises(ValueError, match=r"DecoderLM: n_vocab must be an integer >= 1, got 0"):
+        tr.DecoderLM(0, D, H, n_positions=S)
+    with pytest.raises(ValueError, match=r"DecoderLM: n_layers must be an integer >= 0, got 2.0"):
+        tr.DecoderLM(V, D, H, n_positions=S, n_layers=2.0)
+    bigram = tr.DecoderLM(V, D, H, n_positions=S, n_layers=0)               # no layers: allowed
+    assert bigram(np.array([[1, 2]])).shape == (1, 2, V)
+
+
+def test_multi_head_attention_with_zero_heads_says_so_instead_of_dividing_by_zero():
+    with pytest.raises(ValueError, match=r"MultiHeadAttention: n_head must be an integer >= 1, got 0"):
+        tr.MultiHeadAttention(8, 0)
+    with pytest.raises(ValueError, match=r"MultiHeadAttention: n_embd must be an integer >= 1, got 0"):
+        tr.MultiHeadAttention(0, 2)
+
+
+def test_bool_token_ids_are_refused_by_embedding_and_decoder_lm():
+    ids = np.array([[True, False, True]])
+    with pytest.raises(TypeError, match=r"indices are bool \(a mask\?\); token ids must be integers"):
+        tr.Embedding(V, D)(ids)
+    with pytest.raises(TypeError, match="token ids must be integers"):
+        tr.DecoderLM(V, D, H, n_positions=S)(ids)
+
+
+@pytest.mark.parametrize("mask", [np.array([[1, 1, 0], [1, 0, 0]]), [[0, 0, 1], [0, 1, 1]], np.zeros((2, 3))])
+def test_a_pad_mask_of_numbers_is_refused_with_a_message_that_says_which_convention_we_use(mask):
+    """HuggingFace's attention_mask is 1 = keep; ours is True = pad. Numbers are ambiguous, so refused."""
+    expected = r"pad_mask must be a bool array with True at padded positions.*attention_mask == 0"
+    with pytest.raises(TypeError, match=expected):
+        tr.MultiHeadAttention(D, H, causal=False)(leaf((2, S, D)), pad_mask=mask)
+    with pytest.raises(TypeError, match=expected):
+        tr.DecoderLM(V, D, H, n_positions=S, n_layers=1)(np.zeros((2, S), dtype=int), pad_mask=mask)
+    bools = [[False, False, True], [False, True, True]]                      # a list of bools is fine
+    assert tr.MultiHeadAttention(D, H, causal=False)(leaf((2, S, D)), pad_mask=bools).shape == (2, S, D)

@@ -417,6 +417,8 @@ def tensor(data, requires_grad: bool = False) -> Tensor:
 def embedding(weight: Tensor, indices) -> Tensor:
     """Row lookup weight[indices] (gather); the backward scatter-adds rows, so repeated ids add up."""
     idx = np.asarray(indices.data if isinstance(indices, Tensor) else indices)
+    if idx.dtype == bool:  # numpy would read True/False as ids 1/0 (or torch as a mask)
+        raise TypeError("embedding: indices are bool (a mask?); token ids must be integers")
     if not np.issubdtype(idx.dtype, np.integer):
         if np.all(np.mod(idx, 1) == 0):
             idx = idx.astype(np.int64)

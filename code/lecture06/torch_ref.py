@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transformer import MASK_VALUE, sinusoidal_positions  # one mask convention, one encoding
+from transformer import MASK_VALUE, check_pad_mask, check_sizes, sinusoidal_positions  # one convention, one encoding
 
 DTYPE = torch.float64
 
@@ -39,6 +39,8 @@ class Embedding(nn.Module):
         self.weights = nn.Parameter(torch.randn(num_embeddings, embedding_dim, dtype=DTYPE))
 
     def forward(self, ids):
+        if ids.dtype in (torch.bool, np.dtype(bool)):  # indexing with it would select rows as a mask
+            raise TypeError("Embedding: ids are bool (a mask?); token ids must be integers")
         return self.weights[ids]
 
 
@@ -72,6 +74,9 @@ class LayerNorm(nn.Module):
 class MultiHeadAttention(nn.Module):
     def __init__(self, n_embd: int, n_head: int, causal: bool = True, p_dropout: float = 0.1, bias: bool = True):
         super().__init__()
+        check_sizes("MultiHeadAttention", n_embd=(n_embd, 1), n_head=(n_head, 1))
+        if n_embd % n_head:
+            raise ValueError(f"MultiHeadAttention: n_embd={n_embd} is not divisible by n_head={n_head}")
         self.n_embd, self.n_head, self.causal = n_embd, n_head, causal
         self.attn_hidden_dim = n_embd // n_head
         self.q_projection = Linear(n_embd, n_embd, bias)
@@ -111,8 +116,9 @@ class MultiHeadAttention(nn.Module):
         if self.causal:
             mask = self.create_causal_mask(x.shape[1], x.dtype, x.device)
         if pad_mask is not None:
-            pad_mask = torch.as_tensor(np.asarray(pad_mask), dtype=torch.bool, device=x.device)
-            pad = torch.where(pad_mask, MASK_VALUE, 0.0).to(x.dtype)[:, None, None, :]
+            if not torch.is_tensor(pad_mask) or pad_mask.dtype != torch.bool:
+                pad_mask = torch.as_tensor(check_pad_mask(pad_mask))
+            pad = torch.where(pad_mask.to(x.device), MASK_VALUE, 0.0).to(x.dtype)[:, None, None, :]
             mask = pad if mask is None else mask + pad
         return self.out_dropout(self.out_projection(self.self_attention(q, kT, v, mask)))
 
@@ -153,6 +159,7 @@ class DecoderLM(nn.Module):
                  causal: bool = True, tie_weights: bool = False, positions: str = "learned",
                  middle_dim: int | None = None):
         super().__init__()
+        check_sizes("DecoderLM", n_vocab=(n_vocab, 1), n_layers=(n_layers, 0))
         self.n_embd, self.n_positions, self.positions, self.tie_weights = n_embd, n_positions, positions, tie_weights
         self.token_embeddings = Embedding(n_vocab, n_embd)
         self.position_embeddings = Embedding(n_positions, n_embd) if positions == "learned" else None

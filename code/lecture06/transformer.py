@@ -112,6 +112,23 @@ def sinusoidal_positions(n_positions: int, d: int, base: float = 10000.0) -> np.
     return pe
 
 
+def check_sizes(owner: str, **sizes):
+    """Each size=(value, least allowed) must be an int (not a bool) of at least that value."""
+    for name, (value, least) in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+            raise ValueError(f"{owner}: {name} must be an integer >= {least}, got {value!r}")
+
+
+def check_pad_mask(pad_mask) -> np.ndarray:
+    """pad_mask as a bool array; 0/1 numbers are refused, because conventions disagree on which is which."""
+    pad_mask = np.asarray(pad_mask)
+    if pad_mask.dtype != bool:
+        raise TypeError(f"pad_mask must be a bool array with True at padded positions, got dtype "
+                        f"{pad_mask.dtype}; HuggingFace's attention_mask is the opposite (1 = keep, "
+                        f"0 = pad), so pass attention_mask == 0")
+    return pad_mask
+
+
 # ---- modules ---------------------------------------------------------------------------------
 class Parameter(Tensor):
     def __init__(self, data):
@@ -255,6 +272,7 @@ class MultiHeadAttention(Module):
 
     def __init__(self, n_embd: int, n_head: int, causal: bool = True, p_dropout: float = 0.1,
                  bias: bool = True):
+        check_sizes("MultiHeadAttention", n_embd=(n_embd, 1), n_head=(n_head, 1))
         if n_embd % n_head:
             raise ValueError(f"MultiHeadAttention: n_embd={n_embd} is not divisible by n_head={n_head}")
         self.n_embd, self.n_head, self.causal = n_embd, n_head, causal
@@ -275,8 +293,7 @@ class MultiHeadAttention(Module):
     @staticmethod
     def create_pad_mask(pad_mask) -> Tensor:
         """(B, S_k) with True at padded keys -> additive (B, 1, 1, S_k): no query sees a pad."""
-        pad_mask = np.asarray(pad_mask, dtype=bool)
-        return Tensor(np.where(pad_mask, MASK_VALUE, 0.0)[:, None, None, :])
+        return Tensor(np.where(check_pad_mask(pad_mask), MASK_VALUE, 0.0)[:, None, None, :])
 
     def _split_heads(self, x: Tensor, dims=(0, 2, 1, 3)) -> Tensor:
         batch_size, seq_len, _ = x.shape
@@ -403,6 +420,7 @@ class DecoderLM(Module):
                  middle_dim: int | None = None):
         if positions not in ("learned", "sinusoidal", "none"):
             raise ValueError(f"DecoderLM: positions must be 'learned', 'sinusoidal' or 'none', got {positions!r}")
+        check_sizes("DecoderLM", n_vocab=(n_vocab, 1), n_layers=(n_layers, 0))
         self.n_vocab, self.n_embd, self.n_positions = n_vocab, n_embd, n_positions
         self.positions, self.tie_weights = positions, tie_weights
         self.token_embeddings = Embedding(n_vocab, n_embd)
@@ -473,6 +491,8 @@ class SGD:
     """Plain gradient descent, for the smallest demos."""
 
     def __init__(self, parameters, lr: float):
+        if not lr > 0:
+            raise ValueError(f"SGD: lr must be > 0, got {lr}")
         self.parameters, self.lr = list(parameters), lr
 
     def step(self):
@@ -485,6 +505,12 @@ class Adam:
     """Adam with bias correction, updating parameters in place (matches torch.optim.Adam)."""
 
     def __init__(self, parameters, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8):
+        if not lr > 0:
+            raise ValueError(f"Adam: lr must be > 0, got {lr}")
+        if len(betas) != 2 or not all(0.0 <= beta < 1.0 for beta in betas):
+            raise ValueError(f"Adam: betas must be two numbers in [0, 1), got {betas}")
+        if not eps > 0:  # with eps = 0 a parameter whose gradient is exactly 0 would get 0/0 = nan
+            raise ValueError(f"Adam: eps must be > 0, got {eps}")
         self.parameters, self.lr, self.betas, self.eps = list(parameters), lr, betas, eps
         self.m = [np.zeros_like(p.data) for p in self.parameters]
         self.v = [np.zeros_like(p.data) for p in self.parameters]
