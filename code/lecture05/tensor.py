@@ -16,9 +16,9 @@ How it works (micrograd's design, with arrays):
 - Every primitive call increments `OP_COUNTS[kind]`: each call would be one kernel launch on a
   GPU, which is what script 03 part 5 counts (notes §8.4).
 
-The primitives (15): add, sub, mul, neg, exp, log, sigmoid, relu, matmul, sum, max (value only,
-treated as a constant), view, permute, contiguous, embedding (gather; backward is scatter-add).
-Division, softmax, GELU, 1/sqrt are compositions of these.
+The primitives (16): add, sub, mul, div, neg, exp, log, sigmoid, relu, matmul, sum, max (value
+only, treated as a constant), view, permute, contiguous, embedding (gather; backward is scatter-add).
+Softmax, GELU, 1/sqrt are compositions of these.
 """
 from __future__ import annotations
 
@@ -191,6 +191,20 @@ class Tensor:
                 b._accumulate(-_unbroadcast(g, b.shape))
         return self._result(a.data - b.data, (a, b), "sub", backward)
 
+    def __truediv__(self, other) -> "Tensor":
+        if not isinstance(other, Tensor):   # a constant: multiply by its reciprocal, no graph for it
+            return self * (1.0 / other)
+        _broadcast_shape(self.shape, other.shape, "div")
+        a, b = self, other
+        out_data = a.data / b.data
+
+        def backward(g):
+            if a.requires_grad:
+                a._accumulate(_unbroadcast(g / b.data, a.shape))
+            if b.requires_grad:
+                b._accumulate(_unbroadcast(-g * out_data / b.data, b.shape))   # d(a/b)/db = -(a/b)/b
+        return self._result(out_data, (a, b), "div", backward)
+
     def __neg__(self) -> "Tensor":
         a = self
 
@@ -338,10 +352,8 @@ class Tensor:
     def __rmul__(self, other):
         return self * other
 
-    def __truediv__(self, other):
-        if isinstance(other, Tensor):
-            return self * (-other.log()).exp()
-        return self * (1.0 / other)
+    def __rtruediv__(self, other):
+        return self._wrap(other) / self
 
     def __pow__(self, exponent: int):
         if not isinstance(exponent, int) or exponent < 1:
