@@ -128,6 +128,14 @@ def test_decoder_lm_with_dropout(tie_weights, positions, pre_ln):
     assert len(drops) == 1 + 3 * 2 and all((m.last_mask == 0).any() for m in drops)   # dropout really on
 
 
+def test_a_length_0_sequence_gives_the_same_empty_logits_as_the_twin():
+    kwargs = dict(n_vocab=V, n_embd=D, n_head=H, n_positions=S, n_layers=2, p_dropout=0.0)
+    ours = tr.DecoderLM(**kwargs)
+    twin = torch_ref.copy_from(torch_ref.DecoderLM(**kwargs), ours)
+    ids = np.zeros((B, 0), dtype=np.int64)
+    assert ours(ids).shape == tuple(twin(ids).shape) == (B, 0, V)
+
+
 def test_lm_loss_training_steps_match():
     """A few Adam steps on lm_loss with dropout: losses and parameters stay together.
 

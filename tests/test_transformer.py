@@ -470,3 +470,24 @@ def test_a_pad_mask_of_numbers_is_refused_with_a_message_that_says_which_convent
         tr.DecoderLM(V, D, H, n_positions=S, n_layers=1)(np.zeros((2, S), dtype=int), pad_mask=mask)
     bools = [[False, False, True], [False, True, True]]                      # a list of bools is fine
     assert tr.MultiHeadAttention(D, H, causal=False)(leaf((2, S, D)), pad_mask=bools).shape == (2, S, D)
+
+
+def test_softmax_loss_with_float_targets_says_targets_must_be_integer_class_ids():
+    with pytest.raises(TypeError, match=r"softmax_loss: target must hold integer class ids, got dtype float64"):
+        tr.softmax_loss(leaf((2, 5)), np.array([0.0, 3.0]))
+    with pytest.raises(TypeError, match="got dtype bool"):
+        tr.softmax_loss(leaf((2, 5)), np.array([True, False]))
+    assert tr.softmax_loss(leaf((0, 5)), []).shape == (0,)                  # [] is float64, but empty
+
+
+def test_a_length_0_sequence_gives_empty_logits_as_torch_does():
+    model = tr.DecoderLM(V, D, H, n_positions=S, n_layers=1).eval()
+    logits = model(np.zeros((2, 0), dtype=np.int64))
+    assert logits.shape == (2, 0, V)
+    logits.sum().backward()                                                 # nothing to learn: zero gradients
+    assert all((p.grad == 0).all() for p in model.parameters())
+    np.testing.assert_array_equal(tr.logsumexp(T.tensor(np.zeros((3, 0))), dim=1).data[:, 0],
+                                  torch.logsumexp(torch.zeros(3, 0, dtype=torch.float64), dim=1).numpy())
+    assert tr.softmax(T.tensor(np.zeros((3, 0)))).shape == (3, 0)
+    with pytest.raises(ValueError, match="no position to average over"):
+        tr.lm_loss(logits, np.zeros((2, 0), dtype=np.int64))                # F.cross_entropy: nan

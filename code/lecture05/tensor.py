@@ -298,9 +298,10 @@ class Tensor:
         and softmax(x - m) is the same for every m, so treating m as constant is exact (notes §9.1).
 
         finite=True gives 0 where the maximum is ±inf: any finite shift is exact, and an infinite one
-        would turn inf - inf into nan (torch.logsumexp shifts the same way)."""
+        would turn inf - inf into nan (torch.logsumexp shifts the same way). The maximum of an empty
+        row is -inf (numpy would raise), so a length-0 sequence goes through softmax as through torch."""
         OP_COUNTS["max"] += 1
-        m = self.data.max(axis=axis, keepdims=keepdims)
+        m = self.data.max(axis=axis, keepdims=keepdims, initial=-np.inf)
         return Tensor(np.where(np.isinf(m), 0.0, m) if finite else m)
 
     def view(self, *shape) -> "Tensor":

@@ -1,7 +1,7 @@
 """HW3's Transformer modules, built only from lecture 5's tensor.py primitives (notes §9.1).
 
 Not one line of backward is written here: every module is a composition of tensor.py's primitives
-(add, sub, mul, neg, exp, log, sigmoid, matmul, sum, max, view, permute, contiguous, embedding), so
+(add, sub, mul, exp, log, sigmoid, matmul, sum, max, view, permute, contiguous, embedding), so
 autodiff differentiates all of it. torch_ref.py is the PyTorch twin with the same names.
 
 What follows which part of the notes (and of the paper, Vaswani et al. 2017):
@@ -74,6 +74,11 @@ def softmax_loss(logits: Tensor, target) -> Tensor:
     if logits.ndim != 2 or target.shape != logits.shape[:1]:
         raise ValueError(f"softmax_loss: expected logits (N, C) and target (N,), "
                          f"got {logits.shape} and {target.shape}")
+    if target.size == 0:
+        target = target.astype(np.int64)  # an empty list arrives as float64
+    if not np.issubdtype(target.dtype, np.integer):
+        raise TypeError(f"softmax_loss: target must hold integer class ids, got dtype {target.dtype} "
+                        f"(class probabilities are not supported)")
     n_classes = logits.shape[1]
     if target.size and (target.min() < 0 or target.max() >= n_classes):
         raise IndexError(f"softmax_loss: target ids must lie in 0..{n_classes - 1}, "
@@ -544,7 +549,10 @@ def noam_lr(step, d_model: int = 512, warmup: int = 4000):
     uses peak / warmup, not 0. step may be an int or an integer numpy array (for plots).
     """
     steps = np.asarray(step)
-    if not np.issubdtype(steps.dtype, np.integer) or np.any(steps < 1):
+    if not np.issubdtype(steps.dtype, np.integer):
+        kind = f"an array of {steps.dtype}" if steps.ndim else f"a {type(step).__name__}"
+        raise TypeError(f"noam_lr: step must be an integer (it counts updates, from 1), got {step!r}, {kind}")
+    if np.any(steps < 1):
         raise ValueError(f"noam_lr: step must be an integer >= 1 (the number of the update about to be "
                          f"made, counting from 1), got {step!r}; step^-0.5 is undefined at 0")
     steps = steps.astype(np.float64)
