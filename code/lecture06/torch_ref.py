@@ -39,7 +39,7 @@ class Embedding(nn.Module):
         self.weights = nn.Parameter(torch.randn(num_embeddings, embedding_dim, dtype=DTYPE))
 
     def forward(self, ids):
-        if ids.dtype in (torch.bool, np.dtype(bool)):  # indexing with it would select rows as a mask
+        if getattr(ids, "dtype", None) in (torch.bool, np.dtype(bool)):  # indexing would read it as a row mask
             raise TypeError("Embedding: ids are bool (a mask?); token ids must be integers")
         return self.weights[ids]
 
