@@ -15,8 +15,8 @@ from tensor import Tensor
 
 H = 1e-4          # rounding ~eps/h ~ 2e-12; truncation ~h⁴ ~ 1e-16
 RTOL = 1e-6
-# tensor.py's 14 primitive kinds, as its op counter names them
-PRIMITIVES = {"add", "mul", "neg", "exp", "log", "sigmoid", "relu", "matmul", "sum", "max", "view",
+# tensor.py's 16 primitive kinds, as its op counter names them
+PRIMITIVES = {"add", "sub", "mul", "div", "neg", "exp", "log", "sigmoid", "relu", "matmul", "sum", "max", "view",
               "permute", "contiguous", "embedding"}
 
 

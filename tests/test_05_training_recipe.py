@@ -150,9 +150,16 @@ def test_lr_schedule():
     assert m.sci(r["peak"]) == "6.99e-4" and m.sci(r["at_100k"]) == "1.40e-4"
 
 
-@pytest.mark.parametrize("bad", [0, -1, 1.5, np.array([0, 1])])
+@pytest.mark.parametrize("bad", [0, -1, np.array([0, 1])])
 def test_noam_lr_rejects_steps_outside_its_domain(bad):
     with pytest.raises(ValueError, match="step must be an integer >= 1"):
+        tf.noam_lr(bad)
+
+
+@pytest.mark.parametrize("bad,kind", [(1.0, "a float"), (1.5, "a float"), (True, "a bool"),
+                                      (np.array([1.0, 2.0]), "an array of float64")])
+def test_noam_lr_given_a_float_step_says_the_float_is_the_problem(bad, kind):
+    with pytest.raises(TypeError, match=rf"step must be an integer \(it counts updates, from 1\), got .*, {kind}$"):
         tf.noam_lr(bad)
 
 

@@ -2,6 +2,8 @@
 Ex5, Ex6, Ex10), and the parameter and FLOP formulas against three counters at random small configurations:
 torch_ref on the meta device (FlopCounterMode), and our own transformer.py (num_parameters, the autodiff graph)."""
 import argparse
+import inspect
+import itertools
 
 import numpy as np
 import pytest
@@ -49,6 +51,35 @@ def _random_configs(n=5, seed=0):
         yield dict(n_vocab=int(rng.integers(3, 30)), n_embd=d, n_head=h, n_positions=ctx,
                    n_layers=int(rng.integers(1, 4)), tie_weights=bool(rng.integers(2)), bias=bool(rng.integers(2)),
                    middle_dim=[None, int(rng.integers(1, 20))][int(rng.integers(2))]), int(rng.integers(1, ctx + 1))
+
+
+def test_parameter_formula_takes_exactly_decoder_lm_arguments_with_its_defaults():
+    ours = inspect.signature(s06.parameter_formula).parameters
+    model = dict(list(inspect.signature(transformer.DecoderLM.__init__).parameters.items())[1:])   # no self
+    assert [(n, p.default) for n, p in ours.items()] == [(n, p.default) for n, p in model.items()]
+    with pytest.raises(TypeError):                       # a misspelt option is an error, not ignored
+        s06.parameter_formula(n_vocab=50, n_embd=12, n_head=3, n_positions=9, n_layer=1)
+
+
+def test_parameter_formula_counts_no_position_table_and_no_final_layernorm_where_the_model_has_none():
+    small = dict(n_vocab=50, n_embd=12, n_head=3, n_positions=9, tie_weights=True)
+    no_positions = dict(small, n_layers=1, positions="none")
+    assert sum(s06.parameter_formula(**no_positions).values()) == 2_508                  # was 2,616
+    assert transformer.DecoderLM(**no_positions).num_parameters() == 2_508
+    post_ln = dict(small, n_layers=2, pre_ln=False)
+    assert sum(s06.parameter_formula(**post_ln).values()) == 4_476                       # was 4,500
+    assert transformer.DecoderLM(**post_ln).num_parameters() == 4_476
+
+
+@pytest.mark.parametrize("positions,pre_ln,tie_weights,bias,middle_dim,n_layers", list(itertools.product(
+    ["learned", "sinusoidal", "none"], [True, False], [True, False], [True, False], [None, 7], [0, 2])))
+def test_parameter_formula_equals_the_module_count_for_every_option(positions, pre_ln, tie_weights, bias,
+                                                                     middle_dim, n_layers):
+    cfg = dict(n_vocab=50, n_embd=12, n_head=3, n_positions=9, n_layers=n_layers, positions=positions,
+               pre_ln=pre_ln, tie_weights=tie_weights, bias=bias, middle_dim=middle_dim)
+    formula = s06.parameter_formula(**cfg)
+    assert sum(formula.values()) == transformer.DecoderLM(**cfg).num_parameters()
+    assert s06.count_parameters(s06.meta_model(**cfg)) == formula                   # torch_ref, term by term
 
 
 @pytest.mark.parametrize("cfg,seq_len", list(_random_configs()))

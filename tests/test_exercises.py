@@ -70,8 +70,16 @@ def test_ex7_learning_rate_at_2000_and_16000():
     assert transformer.noam_lr(2000) == pytest.approx(transformer.noam_lr(16000), rel=1e-12)
     assert transformer.noam_lr(2000) == pytest.approx(peak / 2, rel=1e-12)
     assert f"{transformer.noam_lr(2000):.2e}" == "3.49e-04" and f"{peak:.2e}" == "6.99e-04"
-    assert 512 ** -0.5 == pytest.approx(0.0442, abs=5e-5) and 4000 ** 1.5 == pytest.approx(252_982, abs=1)
-    assert 16000 ** -0.5 == pytest.approx(0.00791, abs=5e-6)
+
+
+def test_ex7_intermediate_values_as_script_05_prints_them_and_as_noam_lr_combines_them():
+    """The key's 0.0442 × 2000 / 252,982 and 0.0442 × 0.00791: the factors script 05 prints for
+    exercise 7, which must be the ones noam_lr multiplies on each side of the warmup."""
+    parts = load_script("05_training_recipe").lr_schedule()["ex7_parts"]
+    assert f"{parts['d_factor']:.4f}" == "0.0442" and f"{parts['warmup_factor']:,.0f}" == "252,982"
+    assert f"{parts['rsqrt_16000']:.5f}" == "0.00791"
+    assert transformer.noam_lr(2000) == pytest.approx(parts["d_factor"] * 2000 / parts["warmup_factor"], rel=1e-15)
+    assert transformer.noam_lr(16000) == pytest.approx(parts["d_factor"] * parts["rsqrt_16000"], rel=1e-15)
 
 
 def test_ex8_smoothed_targets_v10():

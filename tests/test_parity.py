@@ -128,6 +128,14 @@ def test_decoder_lm_with_dropout(tie_weights, positions, pre_ln):
     assert len(drops) == 1 + 3 * 2 and all((m.last_mask == 0).any() for m in drops)   # dropout really on
 
 
+def test_a_length_0_sequence_gives_the_same_empty_logits_as_the_twin():
+    kwargs = dict(n_vocab=V, n_embd=D, n_head=H, n_positions=S, n_layers=2, p_dropout=0.0)
+    ours = tr.DecoderLM(**kwargs)
+    twin = torch_ref.copy_from(torch_ref.DecoderLM(**kwargs), ours)
+    ids = np.zeros((B, 0), dtype=np.int64)
+    assert ours(ids).shape == tuple(twin(ids).shape) == (B, 0, V)
+
+
 def test_lm_loss_training_steps_match():
     """A few Adam steps on lm_loss with dropout: losses and parameters stay together.
 
@@ -157,6 +165,24 @@ def test_lm_loss_training_steps_match():
     diffs = {n: max_diff(p.data, twin_params[n]) for n, p in ours.named_parameters()}
     assert max(d for n, d in diffs.items() if not n.endswith("k_projection.bias")) <= TOL
     assert max(diffs.values()) <= 3 * 1e-2 * 1e-15 / 1e-8        # 3 steps of lr·|noise|/eps
+
+
+def test_lm_loss_with_ignore_index_matches_cross_entropy_and_the_twin():
+    """Padded positions (-100, F.cross_entropy's default) and another ignore_index: value and gradient."""
+    logits = np.random.default_rng(6).standard_normal((B, S, V)) * 3
+    targets = np.random.default_rng(7).integers(0, V, (B, S))
+    targets[0, -2:] = targets[2, 1:] = -100
+    for ignore_index, t in [(-100, targets), (3, np.where(targets == -100, 3, np.where(targets == 3, 4, targets)))]:
+        z = Tensor(logits.copy(), requires_grad=True)
+        loss = tr.lm_loss(z, t, ignore_index=ignore_index)
+        loss.backward()
+        tz = f64(logits).requires_grad_()
+        official = F.cross_entropy(tz.reshape(-1, V), torch.from_numpy(t).reshape(-1), ignore_index=ignore_index)
+        official.backward()
+        assert abs(loss.item() - official.item()) <= TOL
+        assert max_diff(z.grad, tz.grad) <= TOL
+        assert torch_ref.lm_loss(f64(logits), t, ignore_index=ignore_index).item() == official.item()
+        assert (z.grad[t == ignore_index] == 0).all()
 
 
 # ---- torch_ref.py against torch.nn ---------------------------------------------------------------
@@ -273,6 +299,25 @@ def test_softmax_loss_vs_cross_entropy():
     loss.backward(grad)
     official.backward(f64(grad))
     assert max_diff(z.grad, tz.grad) <= TOL
+
+
+def zeros_for(module, shape):
+    return torch.zeros(shape, dtype=torch.float64) if module is torch_ref else Tensor(np.zeros(shape))
+
+
+@pytest.mark.parametrize("build,error,message", [
+    (lambda m: m.DecoderLM(V, D, H, n_positions=S, n_layers=-1), ValueError, "n_layers must be an integer >= 0"),
+    (lambda m: m.DecoderLM(0, D, H, n_positions=S), ValueError, "n_vocab must be an integer >= 1"),
+    (lambda m: m.MultiHeadAttention(8, 0), ValueError, "n_head must be an integer >= 1"),
+    (lambda m: m.MultiHeadAttention(6, 4), ValueError, "n_embd=6 is not divisible by n_head=4"),
+    (lambda m: m.Embedding(V, D)(np.ones(V, dtype=bool)), TypeError, "token ids must be integers"),
+    (lambda m: m.MultiHeadAttention(D, H, causal=False)(zeros_for(m, (1, 2, D)), pad_mask=np.array([[1, 0]])),
+     TypeError, "True at padded positions"),
+], ids=["n_layers", "n_vocab", "n_head", "divisible", "bool ids", "int pad_mask"])
+def test_torch_ref_refuses_the_same_bad_arguments_as_ours(build, error, message):
+    for module in (tr, torch_ref):
+        with pytest.raises(error, match=message):
+            build(module)
 
 
 # ---- Adam ------------------------------------------------------------------------------------------------

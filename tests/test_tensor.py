@@ -24,11 +24,24 @@ CASES = [
     ("add broadcast right", lambda a, b: a + b, [(2, 3, 4), (4,)], None),
     ("add broadcast left", lambda a, b: a + b, [(3, 1), (2, 1, 4)], None),
     ("add constant", lambda a: a + 2.5, [(3, 4)], None),
+    ("sub", lambda a, b: a - b, [(3, 4), (3, 4)], None),
+    ("sub broadcast right", lambda a, b: a - b, [(2, 3, 4), (3, 1)], None),
+    ("sub broadcast left", lambda a, b: a - b, [(1, 4), (2, 3, 4)], None),
+    ("sub broadcast both", lambda a, b: a - b, [(3, 1), (1, 4)], None),
+    ("sub constant", lambda a: a - 2.5, [(3, 4)], None),
+    ("rsub array", lambda a: np.arange(12.0).reshape(3, 4) - a, [(3, 4)], None),
+    ("sub same tensor", lambda a: a - a * a, [(3, 4)], None),
     ("mul", lambda a, b: a * b, [(3, 4), (3, 4)], None),
     ("mul broadcast right", lambda a, b: a * b, [(2, 3, 4), (3, 1)], None),
     ("mul broadcast left", lambda a, b: a * b, [(1, 4), (2, 3, 4)], None),
     ("mul broadcast both", lambda a, b: a * b, [(3, 1), (1, 4)], None),
     ("mul array", lambda a: np.arange(12.0).reshape(3, 4) * a, [(3, 4)], None),
+    ("div", lambda a, b: a / b, [(3, 4), (3, 4)], (0.3, 2.0)),
+    ("div broadcast right", lambda a, b: a / b, [(3, 4), (3, 1)], (0.3, 2.0)),
+    ("div broadcast left", lambda a, b: a / b, [(1, 4), (2, 3, 4)], (0.3, 2.0)),
+    ("div negative divisor", lambda a, b: a / b, [(3, 4), (4,)], (-2.0, -0.3)),
+    ("rdiv", lambda a: 1.5 / a, [(3, 4)], (-2.0, -0.3)),
+    ("div same tensor", lambda a: (a * a) / a, [(3, 4)], (0.3, 2.0)),
     ("neg", lambda a: -a, [(3, 4)], None),
     ("exp", lambda a: a.exp(), [(3, 4)], None),
     ("log", lambda a: a.log(), [(3, 4)], (0.2, 3.0)),
@@ -50,9 +63,7 @@ CASES = [
     ("permute then contiguous", lambda a: a.permute(1, 2, 0).contiguous(), [(2, 3, 4)], None),
     ("embedding repeated ids", lambda w: embedding(w, np.array([[0, 2, 2], [4, 0, 2]])), [(5, 3)], None),
     # compositions
-    ("sub", lambda a, b: a - b, [(3, 4), (4,)], None),
     ("rsub", lambda a: 1.5 - a, [(3, 4)], None),
-    ("div tensor", lambda a, b: a / b, [(3, 4), (3, 1)], (0.3, 2.0)),
     ("div constant", lambda a: a / 3.0, [(3, 4)], None),
     ("pow 3", lambda a: a ** 3, [(3, 4)], None),
     ("mean all", lambda a: a.mean(), [(2, 3, 4)], None),
@@ -102,6 +113,12 @@ def test_max_is_a_constant_value():
     np.testing.assert_array_equal(x.grad, np.ones((3, 4)))
 
 
+def test_max_with_finite_true_puts_zero_where_the_maximum_is_infinite():
+    x = T.tensor([[-np.inf, -np.inf], [np.inf, 1.0], [2.0, -np.inf], [3.0, 1.0]])
+    np.testing.assert_array_equal(x.max(axis=1).data, [-np.inf, np.inf, 2.0, 3.0])
+    np.testing.assert_array_equal(x.max(axis=1, keepdims=True, finite=True).data, [[0.0], [0.0], [2.0], [3.0]])
+
+
 # ---- autodiff bookkeeping ------------------------------------------------------------------------
 def test_node_used_twice():
     a = leaf((3,))
@@ -116,18 +133,39 @@ def test_node_used_twice():
     np.testing.assert_allclose(a.grad, np.exp(a.data) * (a.data + 2), rtol=1e-15)
 
 
-def test_repeated_backward_accumulates():
+def test_gradients_accumulate_over_separate_forward_passes_until_zeroed():
     a, b = leaf((2, 3)), leaf((2, 3), seed=1)
-    loss = (a * b).sum()
-    loss.backward()
+    (a * b).sum().backward()
     first = a.grad.copy()
     np.testing.assert_array_equal(first, b.data)
-    loss.backward()                      # the same graph again: gradients add up until zeroed
+    (a * b).sum().backward()             # a new graph: its gradients add up
     np.testing.assert_array_equal(a.grad, 2 * first)
-    (a * b).sum().backward()             # and so does a new graph
-    np.testing.assert_array_equal(a.grad, 3 * first)
     a.zero_grad()
     assert a.grad is None
+
+
+def test_a_second_backward_through_the_same_graph_is_refused_unless_retain_graph_like_torch():
+    a, b = leaf((2, 3)), leaf((2, 3), seed=1)
+    loss = (a * b).exp().sum()
+    loss.backward()
+    first = a.grad.copy()
+    with pytest.raises(RuntimeError, match=r"already been backpropagated through.*retain_graph=True"):
+        loss.backward()
+    np.testing.assert_array_equal(a.grad, first)           # refused before any gradient moved
+    shared = (a * b).exp()                                  # two losses sharing a subgraph
+    shared.sum().backward()
+    with pytest.raises(RuntimeError, match="retain_graph=True"):
+        (shared * 2.0).sum().backward()
+    a.zero_grad()
+    loss = (a * b).exp().sum()
+    loss.backward(retain_graph=True)
+    loss.backward()                                         # kept for exactly this: the sum of both
+    np.testing.assert_array_equal(a.grad, 2 * first)
+    t = torch.from_numpy(a.data.copy()).requires_grad_()
+    torch_loss = (t * torch.from_numpy(b.data)).exp().sum()
+    torch_loss.backward()
+    with pytest.raises(RuntimeError, match="retain_graph=True"):  # torch refuses the same way
+        torch_loss.backward()
 
 
 def test_grad_is_not_aliased():
@@ -217,23 +255,26 @@ def test_view_after_permute_raises_like_torch():
 def test_op_counter_counts_by_kind():
     a, b = leaf((2, 3)), leaf((3, 2), seed=1)
     with count_ops() as counts:
-        y = (a @ b).exp() - a.max()           # matmul, exp, max, neg, add
-        y = y.sum(axis=0).view(1, 2).permute(1, 0).contiguous()
-        y = y.sigmoid().relu().log() * 2.0
+        y = (a @ b).exp() - a.max()           # matmul, exp, max, sub: one primitive, not neg + add
+        y = -y.sum(axis=0).view(1, 2).permute(1, 0).contiguous() + 3.0
+        y = y.sigmoid().relu().log() * 2.0 / Tensor(np.full((2, 1), 4.0))
         e = embedding(a, [1, 0, 1])
-    assert counts == Counter({"matmul": 1, "exp": 1, "max": 1, "neg": 1, "add": 1, "sum": 1, "view": 1,
-                              "permute": 1, "contiguous": 1, "sigmoid": 1, "relu": 1, "log": 1, "mul": 1,
-                              "embedding": 1})
-    assert set(counts) == PRIMITIVES and len(PRIMITIVES) == 14
+    assert counts == Counter({"matmul": 1, "exp": 1, "max": 1, "sub": 1, "neg": 1, "add": 1, "sum": 1,
+                              "view": 1, "permute": 1, "contiguous": 1, "sigmoid": 1, "relu": 1, "log": 1,
+                              "mul": 1, "div": 1, "embedding": 1})
+    assert set(counts) == PRIMITIVES and len(PRIMITIVES) == 16
+    with count_ops() as counts:
+        1.5 - a                               # a constant minus a tensor is one sub as well
+    assert counts == Counter({"sub": 1})
     with count_ops() as counts:
         (y * y).sum().backward()              # backward launches are not forward ops
         with no_grad():
             e + 1.0                           # counted under no_grad too: it is still a launch
     assert counts == Counter({"mul": 1, "sum": 1, "add": 1})
     with count_ops() as counts:
-        a / leaf((2, 3), seed=2, low=1, high=2)   # division by a tensor: log, neg, exp, mul
+        a / 3.0                                   # division by a constant: a multiply by 1/3
         a.mean()
-    assert counts == Counter({"log": 1, "neg": 1, "exp": 1, "mul": 2, "sum": 1})
+    assert counts == Counter({"mul": 2, "sum": 1})
 
 
 # ---- bad input -----------------------------------------------------------------------------------
@@ -246,11 +287,25 @@ def test_error_matmul_shapes():
         leaf((3, 4)) @ leaf((4,))
 
 
-@pytest.mark.parametrize("op", ["add", "mul"])
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div"])
 def test_error_cannot_broadcast(op):
     a, b = leaf((2, 3)), leaf((4,))
     with pytest.raises(ValueError, match=rf"{op}: shapes \(2, 3\) and \(4,\) cannot broadcast"):
-        a + b if op == "add" else a * b
+        {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b, "div": lambda: a / b}[op]()
+
+
+def test_division_by_a_tensor_with_negative_or_zero_entries_gives_torch_values_and_gradients():
+    """It used to be a·exp(-log b), which refused b <= 0 with a message about log."""
+    a = T.tensor([[1.0, -2.0, 3.0], [0.5, 4.0, -1.0]], requires_grad=True)
+    b = T.tensor([[-4.0], [0.25]], requires_grad=True)
+    (a / b).backward(np.arange(6.0).reshape(2, 3))
+    ta, tb = (torch.tensor(t.data, requires_grad=True) for t in (a, b))
+    (ta / tb).backward(torch.arange(6.0, dtype=torch.float64).reshape(2, 3))
+    np.testing.assert_array_equal((a / b).data, (ta / tb).detach().numpy())
+    np.testing.assert_allclose(a.grad, ta.grad.numpy(), rtol=1e-15)
+    np.testing.assert_allclose(b.grad, tb.grad.numpy(), rtol=1e-15)
+    with np.errstate(divide="ignore"):
+        np.testing.assert_array_equal((T.tensor([1.0, -1.0]) / T.tensor([0.0, 0.0])).data, [np.inf, -np.inf])
 
 
 def test_error_backward_non_scalar():
@@ -276,8 +331,12 @@ def test_error_embedding_index():
         embedding(w, np.array([0.5]))
 
 
-def test_error_log_non_positive():
-    with pytest.raises(ValueError, match=r"log: input of shape \(3,\) has entries <= 0 \(min -1\)"):
+def test_log_of_zero_is_minus_inf_as_in_torch_and_a_negative_entry_is_refused():
+    x = T.tensor([1.0, 0.0], requires_grad=True)
+    y = x.log()
+    np.testing.assert_array_equal(y.data, torch.log(torch.tensor([1.0, 0.0], dtype=torch.float64)).numpy())
+    assert y.data[1] == -np.inf
+    with pytest.raises(ValueError, match=r"log: input of shape \(3,\) has entries < 0 \(min -1\)"):
         T.tensor([1.0, 0.0, -1.0]).log()
 
 
@@ -318,11 +377,12 @@ def test_broadcast_rule_matches_numpy():
             assert T._broadcasts(a, b) == expected, (a, b)
 
 
-@pytest.mark.parametrize("op", ["neg", "exp", "log", "sigmoid", "relu", "sum", "view", "mul", "add"])
+@pytest.mark.parametrize("op", ["neg", "exp", "log", "sigmoid", "relu", "sum", "view", "mul", "add", "sub", "div"])
 def test_zero_dimensional_tensors(op):
     """A 0-d tensor (a scalar, e.g. a loss) goes through every elementwise primitive and back."""
     x = leaf((), low=0.5, high=2.0)
     f = {"neg": lambda: -x, "exp": x.exp, "log": x.log, "sigmoid": x.sigmoid, "relu": x.relu,
-         "sum": x.sum, "view": lambda: x.view(1, 1), "mul": lambda: x * x, "add": lambda: x + 1.0}[op]
+         "sum": x.sum, "view": lambda: x.view(1, 1), "mul": lambda: x * x, "add": lambda: x + 1.0,
+         "sub": lambda: 1.0 - x, "div": lambda: x / (x * x)}[op]
     assert isinstance(f().data, np.ndarray)
     check_gradients(f, [x])

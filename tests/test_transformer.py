@@ -129,6 +129,82 @@ def test_softmax_loss_values_and_gradient():
     np.testing.assert_allclose(z.grad, p - np.eye(3)[y], rtol=0, atol=1e-15)
 
 
+INF = np.inf
+INFINITE_ROWS = np.array([[-INF, -INF, -INF], [INF, 1.0, 2.0], [INF, -INF, 0.0], [INF, INF, 1.0],
+                          [-INF, 0.0, 1.0], [0.0, -INF, 1.0], [1000.0, 999.0, 998.0], [1.0, 2.0, 3.0]])
+
+
+def test_logsumexp_of_a_row_of_minus_inf_is_minus_inf_and_of_a_row_holding_plus_inf_is_plus_inf_as_in_torch():
+    ours = tr.logsumexp(T.tensor(INFINITE_ROWS), dim=1).data[:, 0]
+    theirs = torch.logsumexp(torch.from_numpy(INFINITE_ROWS), dim=1).numpy()
+    assert not np.isnan(ours).any()
+    np.testing.assert_array_equal(ours[:4], [-INF, INF, INF, INF])
+    np.testing.assert_allclose(ours, theirs, rtol=1e-15, atol=0)     # infinities compared exactly
+    np.testing.assert_allclose(tr.logsumexp(T.tensor(INFINITE_ROWS.T), dim=0).data[0], theirs, rtol=1e-15)
+
+
+def test_softmax_loss_with_infinite_logits_is_logsumexp_minus_z_y_as_torch_computes_it():
+    """F.cross_entropy agrees wherever it is defined: finite rows and rows holding -inf (a -inf logit
+    off the target costs nothing; on the target, the loss is inf). A row holding +inf is nan in
+    F.cross_entropy, whose log_softmax subtracts the inf max; ours gives logsumexp(z) - z_y there:
+    +inf, or nan where z_y is +inf too."""
+    y = np.array([0, 1, 0, 2, 2, 1, 0, 2])
+    z = Tensor(INFINITE_ROWS.copy())
+    with np.errstate(invalid="ignore"):
+        loss = tr.softmax_loss(z, y).data
+        zt = torch.from_numpy(INFINITE_ROWS)
+        definition = (torch.logsumexp(zt, dim=1) - zt[np.arange(8), y]).numpy()
+    np.testing.assert_allclose(loss, definition, rtol=1e-15, atol=0, equal_nan=True)
+    np.testing.assert_array_equal(np.isnan(loss), [True, False, True, False, False, False, False, False])
+    no_plus_inf = ~(INFINITE_ROWS == INF).any(axis=1)
+    official = F.cross_entropy(zt, torch.from_numpy(y), reduction="none").numpy()
+    np.testing.assert_allclose(loss[no_plus_inf], official[no_plus_inf], rtol=0, atol=1e-12, equal_nan=True)
+    assert loss[5] == INF and np.isfinite(loss[4])                 # -inf on the target; -inf elsewhere
+
+
+def test_gradients_of_finite_rows_do_not_change_when_another_row_is_infinite():
+    finite = np.random.default_rng(0).standard_normal((3, 4)) * 5
+    y = np.array([1, 3, 0])
+    alone, mixed = Tensor(finite.copy(), requires_grad=True), Tensor(
+        np.vstack([finite, [[-INF, 0.0, INF, 1.0]]]), requires_grad=True)
+    tr.softmax_loss(alone, y).sum().backward()
+    with np.errstate(invalid="ignore"):
+        tr.softmax_loss(mixed, np.append(y, 1)).sum().backward()
+    np.testing.assert_array_equal(mixed.grad[:3], alone.grad)
+    p = np.exp(finite - finite.max(1, keepdims=True))
+    np.testing.assert_allclose(alone.grad, p / p.sum(1, keepdims=True) - np.eye(4)[y], rtol=0, atol=1e-15)
+
+
+def test_lm_loss_leaves_out_positions_whose_target_is_ignore_index_in_value_and_gradient():
+    logits = leaf((B, S, V), seed=3)
+    targets = np.array([[1, 2, -100], [0, -100, -100]])
+    kept = targets != -100
+    loss = tr.lm_loss(logits, targets)
+    loss.backward()
+    per_position = tr.softmax_loss(Tensor(logits.data.reshape(-1, V)), np.where(kept, targets, 0).reshape(-1))
+    assert loss.item() == pytest.approx(per_position.data[kept.reshape(-1)].mean(), rel=1e-15)
+    assert (logits.grad[~kept] == 0).all() and (np.abs(logits.grad[kept]).max(axis=-1) > 0).all()
+    moved = Tensor(logits.data + np.where(kept, 0.0, 50.0)[..., None])       # padded logits changed
+    assert tr.lm_loss(moved, targets).item() == loss.item()                   # bit-identical
+    check_gradients(lambda: tr.lm_loss(logits, targets, ignore_index=-100), [logits])
+    assert tr.lm_loss(logits, np.where(kept, targets, 4), ignore_index=4).item() == loss.item()  # any id
+    with pytest.raises(ValueError, match="every target is ignore_index=-100"):
+        tr.lm_loss(logits, np.full((B, S), -100))
+
+
+def test_padding_after_the_end_changes_neither_loss_nor_gradients_of_a_causal_model():
+    model = tr.DecoderLM(V, D, H, n_positions=5, n_layers=1, p_dropout=0.0)
+    ids = np.array([[1, 2, 3, 0, 0], [4, 1, 0, 0, 0]])                       # 0 pads the end
+    targets = np.array([[2, 3, 4, -100, -100], [1, 2, -100, -100, -100]])
+    tr.lm_loss(model(ids), targets).backward()
+    padded = {n: p.grad for n, p in model.named_parameters()}
+    model.zero_grad()
+    tr.lm_loss(model(ids[:, :3]), targets[:, :3]).backward()                 # causal: nothing sees the pads
+    for name, p in model.named_parameters():
+        np.testing.assert_allclose(p.grad, padded[name], rtol=1e-12, atol=1e-15, err_msg=name)
+    assert (padded["position_embeddings.weights"][3:] == 0).all()
+
+
 # ---- the two identities of notes §9.1 -----------------------------------------------------------
 def test_gelu_is_x_sigmoid_2u():
     x = np.linspace(-6, 6, 2001)
@@ -340,3 +416,78 @@ def test_errors():
         tr.DecoderLM(V, D, H, n_positions=S)(np.array([[1, 5]]))
     with pytest.raises(ValueError, match="d must be even"):
         tr.sinusoidal_positions(4, 5)
+
+
+def test_optimizers_refuse_a_learning_rate_that_is_not_positive_and_adam_refuses_bad_betas_or_eps():
+    params = [tr.Parameter(np.zeros(2))]
+    for lr in (-0.1, 0.0, float("nan")):
+        with pytest.raises(ValueError, match=rf"Adam: lr must be > 0, got {lr}"):
+            tr.Adam(params, lr=lr)
+    with pytest.raises(ValueError, match=r"SGD: lr must be > 0, got -1"):
+        tr.SGD(params, lr=-1)
+    for betas in [(0.9, 1.0), (-0.1, 0.999), (0.9,)]:
+        with pytest.raises(ValueError, match=r"Adam: betas must be two numbers in \[0, 1\)"):
+            tr.Adam(params, betas=betas)
+    for eps in (0.0, -1e-8):
+        with pytest.raises(ValueError, match=rf"Adam: eps must be > 0, got {eps}"):
+            tr.Adam(params, eps=eps)
+    tr.Adam(params, lr=1e-3, betas=(0.0, 0.0), eps=1e-12).step()           # the edges that are allowed
+
+
+def test_decoder_lm_refuses_a_negative_layer_count_and_an_empty_vocabulary():
+    with pytest.raises(ValueError, match=r"DecoderLM: n_layers must be an integer >= 0, got -1"):
+        tr.DecoderLM(V, D, H, n_positions=S, n_layers=-1)
+    with pytest.raises(ValueError, match=r"DecoderLM: n_vocab must be an integer >= 1, got 0"):
+        tr.DecoderLM(0, D, H, n_positions=S)
+    with pytest.raises(ValueError, match=r"DecoderLM: n_layers must be an integer >= 0, got 2.0"):
+        tr.DecoderLM(V, D, H, n_positions=S, n_layers=2.0)
+    bigram = tr.DecoderLM(V, D, H, n_positions=S, n_layers=0)               # no layers: allowed
+    assert bigram(np.array([[1, 2]])).shape == (1, 2, V)
+
+
+def test_multi_head_attention_with_zero_heads_says_so_instead_of_dividing_by_zero():
+    with pytest.raises(ValueError, match=r"MultiHeadAttention: n_head must be an integer >= 1, got 0"):
+        tr.MultiHeadAttention(8, 0)
+    with pytest.raises(ValueError, match=r"MultiHeadAttention: n_embd must be an integer >= 1, got 0"):
+        tr.MultiHeadAttention(0, 2)
+
+
+def test_bool_token_ids_are_refused_by_embedding_and_decoder_lm():
+    ids = np.array([[True, False, True]])
+    with pytest.raises(TypeError, match=r"indices are bool \(a mask\?\); token ids must be integers"):
+        tr.Embedding(V, D)(ids)
+    with pytest.raises(TypeError, match="token ids must be integers"):
+        tr.DecoderLM(V, D, H, n_positions=S)(ids)
+
+
+@pytest.mark.parametrize("mask", [np.array([[1, 1, 0], [1, 0, 0]]), [[0, 0, 1], [0, 1, 1]], np.zeros((2, 3))])
+def test_a_pad_mask_of_numbers_is_refused_with_a_message_that_says_which_convention_we_use(mask):
+    """HuggingFace's attention_mask is 1 = keep; ours is True = pad. Numbers are ambiguous, so refused."""
+    expected = r"pad_mask must be a bool array with True at padded positions.*attention_mask == 0"
+    with pytest.raises(TypeError, match=expected):
+        tr.MultiHeadAttention(D, H, causal=False)(leaf((2, S, D)), pad_mask=mask)
+    with pytest.raises(TypeError, match=expected):
+        tr.DecoderLM(V, D, H, n_positions=S, n_layers=1)(np.zeros((2, S), dtype=int), pad_mask=mask)
+    bools = [[False, False, True], [False, True, True]]                      # a list of bools is fine
+    assert tr.MultiHeadAttention(D, H, causal=False)(leaf((2, S, D)), pad_mask=bools).shape == (2, S, D)
+
+
+def test_softmax_loss_with_float_targets_says_targets_must_be_integer_class_ids():
+    with pytest.raises(TypeError, match=r"softmax_loss: target must hold integer class ids, got dtype float64"):
+        tr.softmax_loss(leaf((2, 5)), np.array([0.0, 3.0]))
+    with pytest.raises(TypeError, match="got dtype bool"):
+        tr.softmax_loss(leaf((2, 5)), np.array([True, False]))
+    assert tr.softmax_loss(leaf((0, 5)), []).shape == (0,)                  # [] is float64, but empty
+
+
+def test_a_length_0_sequence_gives_empty_logits_as_torch_does():
+    model = tr.DecoderLM(V, D, H, n_positions=S, n_layers=1).eval()
+    logits = model(np.zeros((2, 0), dtype=np.int64))
+    assert logits.shape == (2, 0, V)
+    logits.sum().backward()                                                 # nothing to learn: zero gradients
+    assert all((p.grad == 0).all() for p in model.parameters())
+    np.testing.assert_array_equal(tr.logsumexp(T.tensor(np.zeros((3, 0))), dim=1).data[:, 0],
+                                  torch.logsumexp(torch.zeros(3, 0, dtype=torch.float64), dim=1).numpy())
+    assert tr.softmax(T.tensor(np.zeros((3, 0)))).shape == (3, 0)
+    with pytest.raises(ValueError, match="no position to average over"):
+        tr.lm_loss(logits, np.zeros((2, 0), dtype=np.int64))                # F.cross_entropy: nan

@@ -10,13 +10,15 @@ How it works (micrograd's design, with arrays):
   adds the output's gradient, pushed through the local derivative, into its inputs' `.grad`.
 - `backward()` sorts the graph topologically with an explicit stack (no recursion, so a chain of
   thousands of operations is fine) and runs the closures in reverse order. Gradients accumulate
-  until `zero_grad`, so a tensor used twice receives both contributions.
+  until `zero_grad`, so a tensor used twice receives both contributions. As in torch, a graph is
+  backpropagated through once: the closures are released, and a second backward() through them
+  is refused unless the first one was called with retain_graph=True.
 - Every primitive call increments `OP_COUNTS[kind]`: each call would be one kernel launch on a
   GPU, which is what script 03 part 5 counts (notes §8.4).
 
-The primitives (14): add, mul, neg, exp, log, sigmoid, relu, matmul, sum, max (value only,
-treated as a constant), view, permute, contiguous, embedding (gather; backward is scatter-add).
-Subtraction, division by a constant, softmax, GELU, 1/sqrt are compositions of these.
+The primitives (16): add, sub, mul, div, neg, exp, log, sigmoid, relu, matmul, sum, max (value
+only, treated as a constant), view, permute, contiguous, embedding (gather; backward is scatter-add).
+Softmax, GELU, 1/sqrt are compositions of these.
 """
 from __future__ import annotations
 
@@ -73,6 +75,11 @@ def _broadcast_shape(a: tuple, b: tuple, op: str):
     if not _broadcasts(a, b):
         raise ValueError(f"{op}: shapes {a} and {b} cannot broadcast; "
                          f"trailing dimensions must be equal or 1")
+
+
+def _released(g):
+    """Stands in for a backward closure that backward() has run and let go of (see backward)."""
+    raise AssertionError("a released backward closure was called")
 
 
 class Tensor:
@@ -171,6 +178,33 @@ class Tensor:
                 b._accumulate(_unbroadcast(g * a.data, b.shape))
         return self._result(a.data * b.data, (a, b), "mul", backward)
 
+    def __sub__(self, other) -> "Tensor":
+        # a primitive rather than a + (-b), as in most frameworks: one launch instead of two
+        other = self._wrap(other)
+        _broadcast_shape(self.shape, other.shape, "sub")
+        a, b = self, other
+
+        def backward(g):
+            if a.requires_grad:
+                a._accumulate(_unbroadcast(g, a.shape))
+            if b.requires_grad:
+                b._accumulate(-_unbroadcast(g, b.shape))
+        return self._result(a.data - b.data, (a, b), "sub", backward)
+
+    def __truediv__(self, other) -> "Tensor":
+        if not isinstance(other, Tensor):   # a constant: multiply by its reciprocal, no graph for it
+            return self * (1.0 / other)
+        _broadcast_shape(self.shape, other.shape, "div")
+        a, b = self, other
+        out_data = a.data / b.data
+
+        def backward(g):
+            if a.requires_grad:
+                a._accumulate(_unbroadcast(g / b.data, a.shape))
+            if b.requires_grad:
+                b._accumulate(_unbroadcast(-g * out_data / b.data, b.shape))   # d(a/b)/db = -(a/b)/b
+        return self._result(out_data, (a, b), "div", backward)
+
     def __neg__(self) -> "Tensor":
         a = self
 
@@ -187,13 +221,15 @@ class Tensor:
 
     def log(self) -> "Tensor":
         a = self
-        if np.any(a.data <= 0):
-            raise ValueError(f"log: input of shape {a.shape} has entries <= 0 "
-                             f"(min {a.data.min():.3g}); add a positive eps first")
+        if np.any(a.data < 0):
+            raise ValueError(f"log: input of shape {a.shape} has entries < 0 "
+                             f"(min {a.data.min():.3g}); log is real only for x >= 0")
 
         def backward(g):
-            a._accumulate(g / a.data)
-        return self._result(np.log(a.data), (a,), "log", backward)
+            with np.errstate(divide="ignore"):
+                a._accumulate(g / a.data)
+        with np.errstate(divide="ignore"):  # log 0 = -inf, as in torch: logsumexp of an all -inf row needs it
+            return self._result(np.log(a.data), (a,), "log", backward)
 
     def sigmoid(self) -> "Tensor":
         a = self
@@ -257,11 +293,16 @@ class Tensor:
             a._accumulate(np.broadcast_to(g, a.shape))
         return self._result(a.data.sum(axis=axis, keepdims=keepdims), (a,), "sum", backward)
 
-    def max(self, axis=None, keepdims: bool = False) -> "Tensor":
+    def max(self, axis=None, keepdims: bool = False, finite: bool = False) -> "Tensor":
         """The maximum's value as a constant (no gradient): softmax and logsumexp subtract it,
-        and softmax(x - m) is the same for every m, so treating m as constant is exact (notes §9.1)."""
+        and softmax(x - m) is the same for every m, so treating m as constant is exact (notes §9.1).
+
+        finite=True gives 0 where the maximum is ±inf: any finite shift is exact, and an infinite one
+        would turn inf - inf into nan (torch.logsumexp shifts the same way). The maximum of an empty
+        row is -inf (numpy would raise), so a length-0 sequence goes through softmax as through torch."""
         OP_COUNTS["max"] += 1
-        return Tensor(self.data.max(axis=axis, keepdims=keepdims))
+        m = self.data.max(axis=axis, keepdims=keepdims, initial=-np.inf)
+        return Tensor(np.where(np.isinf(m), 0.0, m) if finite else m)
 
     def view(self, *shape) -> "Tensor":
         a = self
@@ -306,19 +347,14 @@ class Tensor:
     def __radd__(self, other):
         return self + other
 
-    def __sub__(self, other):
-        return self + (-self._wrap(other))
-
     def __rsub__(self, other):
-        return self._wrap(other) + (-self)
+        return self._wrap(other) - self
 
     def __rmul__(self, other):
         return self * other
 
-    def __truediv__(self, other):
-        if isinstance(other, Tensor):
-            return self * (-other.log()).exp()
-        return self * (1.0 / other)
+    def __rtruediv__(self, other):
+        return self._wrap(other) / self
 
     def __pow__(self, exponent: int):
         if not isinstance(exponent, int) or exponent < 1:
@@ -339,8 +375,12 @@ class Tensor:
         return self.permute(*dims)
 
     # ---- backpropagation ------------------------------------------------------------------
-    def backward(self, grad=None):
-        """Accumulate d(self)/d(leaf) into every leaf's .grad that requires a gradient."""
+    def backward(self, grad=None, retain_graph: bool = False):
+        """Accumulate d(self)/d(leaf) into every leaf's .grad that requires a gradient.
+
+        The graph's closures are released afterwards (as torch frees its saved tensors), so calling
+        backward() through them again raises instead of silently adding the same gradients twice;
+        retain_graph=True keeps them for another pass."""
         if not self.requires_grad:
             raise RuntimeError("backward: this tensor does not depend on any tensor with "
                                "requires_grad=True, so there is nothing to differentiate")
@@ -361,17 +401,26 @@ class Tensor:
                 continue
             if id(node) in visited:
                 continue
+            if node._backward is _released:  # checked before any gradient is touched
+                raise RuntimeError("backward: this graph has already been backpropagated through, and its "
+                                   "backward closures released; doing it again would add the same gradients "
+                                   "a second time. Call the first backward(retain_graph=True) to go through "
+                                   "the graph twice, or run the forward pass again")
             visited.add(id(node))
             stack.append((node, True))
             stack.extend((p, False) for p in node._parents if p.requires_grad and id(p) not in visited)
 
         self._accumulate(grad)
         for node in reversed(order):
-            if node._backward is not None and node.grad is not None:
+            if node._backward is None:
+                if node.grad is not None and not node._grad_owned:
+                    node.grad, node._grad_owned = np.array(node.grad), True  # a leaf's own, writable copy
+                continue
+            if node.grad is not None:
                 node._backward(node.grad)
                 node.grad = None  # free intermediates' gradients
-            elif not node._grad_owned and node.grad is not None:
-                node.grad, node._grad_owned = np.array(node.grad), True  # a leaf's own, writable copy
+            if not retain_graph:
+                node._backward = _released
 
 
 def tensor(data, requires_grad: bool = False) -> Tensor:
@@ -381,6 +430,8 @@ def tensor(data, requires_grad: bool = False) -> Tensor:
 def embedding(weight: Tensor, indices) -> Tensor:
     """Row lookup weight[indices] (gather); the backward scatter-adds rows, so repeated ids add up."""
     idx = np.asarray(indices.data if isinstance(indices, Tensor) else indices)
+    if idx.dtype == bool:  # numpy would read True/False as ids 1/0 (or torch as a mask)
+        raise TypeError("embedding: indices are bool (a mask?); token ids must be integers")
     if not np.issubdtype(idx.dtype, np.integer):
         if np.all(np.mod(idx, 1) == 0):
             idx = idx.astype(np.int64)

@@ -239,7 +239,7 @@ def show_parity(args):
 
 
 # ---- Part 5 · §8.4 how many primitive operations a forward makes --------------------------------------
-KINDS = ["matmul", "add", "mul", "neg", "exp", "log", "sigmoid", "relu", "sum", "max", "embedding",
+KINDS = ["matmul", "add", "sub", "mul", "neg", "exp", "log", "sigmoid", "relu", "sum", "max", "embedding",
          "view", "permute", "contiguous"]
 LAYOUT_ONLY = ("view", "permute")  # change strides only: no kernel, no memory traffic
 
@@ -291,8 +291,8 @@ def show_op_counts(args):
           f"in train mode {sum(train.values())} (+{train['mul'] - layer['mul']} dropout multiplies).")
     softmax_calls = sum(r["functions"]["softmax"].values())
     print(f"Of ours, {layout} are view/permute, which only change strides (no kernel on a GPU): "
-          f"{total - layout} calls touch memory. tensor.py has no sub, div or rsqrt, so x − m is neg + add "
-          f"({layer['neg']} negs), 1/√v is log, mul, exp, and softmax alone is {softmax_calls} calls.")
+          f"{total - layout} calls touch memory. tensor.py has no rsqrt, so 1/√v is log, mul, exp; "
+          f"softmax alone is {softmax_calls} calls.")
     draw_op_counts(r["modules"], args.figures)
 
 
@@ -302,7 +302,7 @@ def draw_op_counts(counts: dict, figures_dir):
     kinds = _kinds_used(counts.values())
     fig, ax = plt.subplots(figsize=(8, 3.8))
     left = np.zeros(len(names))
-    colours = dict(matmul="#1f3b73", add="#f4a261", mul="#e76f51", neg="#f6bd60", exp="#d62828", log="#9d0208",
+    colours = dict(matmul="#1f3b73", add="#f4a261", sub="#e9c46a", mul="#e76f51", neg="#f6bd60", exp="#d62828", log="#9d0208",
                    sigmoid="#ffb4a2", relu="#ffcdb2", sum="#2a9d8f", max="#8ac926", embedding="#7b2cbf",
                    view="#e0e0e0", permute="#c8c8c8", contiguous="#6c757d")
     for kind in kinds:

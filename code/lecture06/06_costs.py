@@ -25,7 +25,7 @@ from torch.utils.flop_counter import FlopCounterMode
 import torch_ref
 from threads import torch_threads
 
-GPT2_SMALL = dict(n_vocab=50257, n_embd=768, n_head=12, n_positions=1024, n_layers=12)
+GPT2_SMALL = dict(n_vocab=50257, n_embd=768, n_head=12, n_positions=1024, n_layers=12, tie_weights=True)
 SIZES = {"GPT-2 small": GPT2_SMALL,
          "GPT-2 medium": dict(GPT2_SMALL, n_embd=1024, n_head=16, n_layers=24),
          "GPT-2 large": dict(GPT2_SMALL, n_embd=1280, n_head=20, n_layers=36)}
@@ -52,12 +52,16 @@ PARAM_TERMS = {  # term -> its formula, as printed
 }
 
 
-def parameter_formula(n_vocab, n_embd, n_positions, n_layers, tie_weights=True, bias=True, middle_dim=None,
-                      **_) -> dict:
-    """Parameters term by term (m = FFN width, 4d by default; biases on every Linear if bias)."""
-    d, m, b = n_embd, middle_dim or 4 * n_embd, int(bias)
-    terms = [n_vocab * d, n_positions * d, n_layers * (4 * d * d + 4 * d * b),
-             n_layers * (2 * d * m + (m + d) * b), n_layers * 4 * d, 2 * d, 0 if tie_weights else n_vocab * d]
+def parameter_formula(n_vocab, n_embd, n_head, n_positions, n_layers=4, p_dropout=0.1, ln_eps=1e-5, bias=True,
+                      pre_ln=True, causal=True, tie_weights=False, positions="learned", middle_dim=None) -> dict:
+    """Parameters term by term, for exactly DecoderLM's arguments and defaults, so that a model and
+    its formula cannot be built from different settings (n_head, p_dropout, ln_eps and causal change
+    no count). m = FFN width, 4d by default; biases on every Linear if bias; a position table only
+    for learned positions; the final LayerNorm only for Pre-LN (a Post-LN stack ends in one)."""
+    d, m, b = n_embd, 4 * n_embd if middle_dim is None else middle_dim, int(bias)
+    terms = [n_vocab * d, n_positions * d if positions == "learned" else 0, n_layers * (4 * d * d + 4 * d * b),
+             n_layers * (2 * d * m + (m + d) * b), n_layers * 4 * d, 2 * d if pre_ln else 0,
+             0 if tie_weights else n_vocab * d]
     return dict(zip(PARAM_TERMS, terms))
 
 

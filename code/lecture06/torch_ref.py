@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transformer import MASK_VALUE, sinusoidal_positions  # one mask convention, one encoding
+from transformer import MASK_VALUE, check_pad_mask, check_sizes, sinusoidal_positions  # one convention, one encoding
 
 DTYPE = torch.float64
 
@@ -39,6 +39,8 @@ class Embedding(nn.Module):
         self.weights = nn.Parameter(torch.randn(num_embeddings, embedding_dim, dtype=DTYPE) * std)
 
     def forward(self, ids):
+        if getattr(ids, "dtype", None) in (torch.bool, np.dtype(bool)):  # indexing would read it as a row mask
+            raise TypeError("Embedding: ids are bool (a mask?); token ids must be integers")
         return self.weights[ids]
 
 
@@ -72,6 +74,9 @@ class LayerNorm(nn.Module):
 class MultiHeadAttention(nn.Module):
     def __init__(self, n_embd: int, n_head: int, causal: bool = True, p_dropout: float = 0.1, bias: bool = True):
         super().__init__()
+        check_sizes("MultiHeadAttention", n_embd=(n_embd, 1), n_head=(n_head, 1))
+        if n_embd % n_head:
+            raise ValueError(f"MultiHeadAttention: n_embd={n_embd} is not divisible by n_head={n_head}")
         self.n_embd, self.n_head, self.causal = n_embd, n_head, causal
         self.attn_hidden_dim = n_embd // n_head
         self.q_projection = Linear(n_embd, n_embd, bias)
@@ -85,14 +90,14 @@ class MultiHeadAttention(nn.Module):
     def create_causal_mask(seq_len: int, dtype=DTYPE, device=None):
         return torch.triu(torch.full((1, 1, seq_len, seq_len), MASK_VALUE, dtype=dtype, device=device), 1)
 
-    def _split_heads(self, x):
+    def _split_heads(self, x, dims=(0, 2, 1, 3)):
         batch_size, seq_len, _ = x.shape
-        return x.view(batch_size, seq_len, self.n_head, self.attn_hidden_dim).permute(0, 2, 1, 3)
+        return x.view(batch_size, seq_len, self.n_head, self.attn_hidden_dim).permute(*dims)
 
     def project_to_query_key_value(self, x, kv=None):
         kv = x if kv is None else kv
         q = self._split_heads(self.q_projection(x))
-        kT = self._split_heads(self.k_projection(kv)).permute(0, 1, 3, 2)
+        kT = self._split_heads(self.k_projection(kv), (0, 2, 3, 1))
         v = self._split_heads(self.v_projection(kv))
         return q, kT, v
 
@@ -111,8 +116,9 @@ class MultiHeadAttention(nn.Module):
         if self.causal:
             mask = self.create_causal_mask(x.shape[1], x.dtype, x.device)
         if pad_mask is not None:
-            pad_mask = torch.as_tensor(np.asarray(pad_mask), dtype=torch.bool, device=x.device)
-            pad = torch.where(pad_mask, MASK_VALUE, 0.0).to(x.dtype)[:, None, None, :]
+            if not torch.is_tensor(pad_mask) or pad_mask.dtype != torch.bool:
+                pad_mask = torch.as_tensor(check_pad_mask(pad_mask))
+            pad = torch.where(pad_mask.to(x.device), MASK_VALUE, 0.0).to(x.dtype)[:, None, None, :]
             mask = pad if mask is None else mask + pad
         return self.out_dropout(self.out_projection(self.self_attention(q, kT, v, mask)))
 
@@ -158,6 +164,7 @@ class DecoderLM(nn.Module):
                  causal: bool = True, tie_weights: bool = False, positions: str = "learned",
                  middle_dim: int | None = None):
         super().__init__()
+        check_sizes("DecoderLM", n_vocab=(n_vocab, 1), n_layers=(n_layers, 0))
         self.n_embd, self.n_positions, self.positions, self.tie_weights = n_embd, n_positions, positions, tie_weights
         self.token_embeddings = Embedding(n_vocab, n_embd)
         self.position_embeddings = Embedding(n_positions, n_embd) if positions == "learned" else None
@@ -188,6 +195,13 @@ class DecoderLM(nn.Module):
         if self.tie_weights:
             return x @ self.token_embeddings.weights.T
         return self.lm_head(x)
+
+
+def lm_loss(logits, targets, ignore_index: int = -100):
+    """transformer.lm_loss's twin: F.cross_entropy over (B, S, V) logits, leaving out ignore_index."""
+    targets = targets if torch.is_tensor(targets) else torch.as_tensor(np.asarray(targets))
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1).to(logits.device),
+                           ignore_index=ignore_index)
 
 
 class EncoderLayer(TransformerLayer):

@@ -1,7 +1,7 @@
 """HW3's Transformer modules, built only from lecture 5's tensor.py primitives (notes §9.1).
 
 Not one line of backward is written here: every module is a composition of tensor.py's primitives
-(add, mul, neg, exp, log, sigmoid, matmul, sum, max, view, permute, contiguous, embedding), so
+(add, sub, mul, exp, log, sigmoid, matmul, sum, max, view, permute, contiguous, embedding), so
 autodiff differentiates all of it. torch_ref.py is the PyTorch twin with the same names.
 
 What follows which part of the notes (and of the paper, Vaswani et al. 2017):
@@ -48,8 +48,11 @@ def set_seed(seed: int):
 
 # ---- functions --------------------------------------------------------------------------------
 def logsumexp(x: Tensor, dim: int = -1) -> Tensor:
-    """log Σ exp(x) along dim, keepdims. The max is subtracted first so nothing overflows."""
-    m = x.max(axis=dim, keepdims=True)  # a constant: exact, because the result does not depend on m
+    """log Σ exp(x) along dim, keepdims. The max is subtracted first so nothing overflows.
+
+    As torch.logsumexp: a row of -inf gives -inf, a row holding +inf gives +inf (the shift is 0 there,
+    since subtracting an infinite max would give inf - inf = nan)."""
+    m = x.max(axis=dim, keepdims=True, finite=True)  # a constant: exact, the result does not depend on m
     return (x - m).exp().sum(axis=dim, keepdims=True).log() + m
 
 
@@ -74,12 +77,19 @@ def softmax_loss(logits: Tensor, target) -> Tensor:
     if logits.ndim != 2 or target.shape != logits.shape[:1]:
         raise ValueError(f"softmax_loss: expected logits (N, C) and target (N,), "
                          f"got {logits.shape} and {target.shape}")
+    if target.size == 0:
+        target = target.astype(np.int64)  # an empty list arrives as float64
+    if not np.issubdtype(target.dtype, np.integer):
+        raise TypeError(f"softmax_loss: target must hold integer class ids, got dtype {target.dtype} "
+                        f"(class probabilities are not supported)")
     n_classes = logits.shape[1]
     if target.size and (target.min() < 0 or target.max() >= n_classes):
         raise IndexError(f"softmax_loss: target ids must lie in 0..{n_classes - 1}, "
                          f"got min {target.min()}, max {target.max()}")
-    onehot = np.eye(n_classes)[target]
-    picked = (logits * onehot).sum(axis=1)                # (N, C) -> (N,)
+    # z_y by lookup: the N·C logits as a table of one-number rows. (A one-hot multiply would make
+    # -inf · 0 = nan wherever a row holds an infinite logit; torch gathers too.)
+    flat = (logits if logits.is_contiguous() else logits.contiguous()).view(-1, 1)
+    picked = embedding(flat, np.arange(len(target)) * n_classes + target).view(-1)   # (N,)
     return logsumexp(logits, dim=1).view(-1) - picked
 
 
@@ -108,6 +118,23 @@ def sinusoidal_positions(n_positions: int, d: int, base: float = 10000.0) -> np.
     pe[:, 0::2] = np.sin(t * omega)
     pe[:, 1::2] = np.cos(t * omega)
     return pe
+
+
+def check_sizes(owner: str, **sizes):
+    """Each size=(value, least allowed) must be an int (not a bool) of at least that value."""
+    for name, (value, least) in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+            raise ValueError(f"{owner}: {name} must be an integer >= {least}, got {value!r}")
+
+
+def check_pad_mask(pad_mask) -> np.ndarray:
+    """pad_mask as a bool array; 0/1 numbers are refused, because conventions disagree on which is which."""
+    pad_mask = np.asarray(pad_mask)
+    if pad_mask.dtype != bool:
+        raise TypeError(f"pad_mask must be a bool array with True at padded positions, got dtype "
+                        f"{pad_mask.dtype}; HuggingFace's attention_mask is the opposite (1 = keep, "
+                        f"0 = pad), so pass attention_mask == 0")
+    return pad_mask
 
 
 # ---- modules ---------------------------------------------------------------------------------
@@ -294,6 +321,7 @@ class MultiHeadAttention(Module):
 
     def __init__(self, n_embd: int, n_head: int, causal: bool = True, p_dropout: float = 0.1,
                  bias: bool = True):
+        check_sizes("MultiHeadAttention", n_embd=(n_embd, 1), n_head=(n_head, 1))
         if n_embd % n_head:
             raise ValueError(f"MultiHeadAttention: n_embd={n_embd} is not divisible by n_head={n_head}")
         self.n_embd, self.n_head, self.causal = n_embd, n_head, causal
@@ -314,13 +342,12 @@ class MultiHeadAttention(Module):
     @staticmethod
     def create_pad_mask(pad_mask) -> Tensor:
         """(B, S_k) with True at padded keys -> additive (B, 1, 1, S_k): no query sees a pad."""
-        pad_mask = np.asarray(pad_mask, dtype=bool)
-        return Tensor(np.where(pad_mask, MASK_VALUE, 0.0)[:, None, None, :])
+        return Tensor(np.where(check_pad_mask(pad_mask), MASK_VALUE, 0.0)[:, None, None, :])
 
-    def _split_heads(self, x: Tensor) -> Tensor:
+    def _split_heads(self, x: Tensor, dims=(0, 2, 1, 3)) -> Tensor:
         batch_size, seq_len, _ = x.shape
         x = x.view(batch_size, seq_len, self.n_head, self.attn_hidden_dim)  # (B, S, D) -> (B, S, h, Dh)
-        return x.permute(0, 2, 1, 3)                                       # -> (B, h, S, Dh), no copy
+        return x.permute(*dims)                                            # -> (B, h, S, Dh) by default, no copy
 
     def project_to_query_key_value(self, x: Tensor, kv: Tensor | None = None):
         """
@@ -333,7 +360,7 @@ class MultiHeadAttention(Module):
         """
         kv = x if kv is None else kv
         q = self._split_heads(self.q_projection(x))
-        kT = self._split_heads(self.k_projection(kv)).permute(0, 1, 3, 2)  # (B, h, S, Dh) -> (B, h, Dh, S)
+        kT = self._split_heads(self.k_projection(kv), (0, 2, 3, 1))       # (B, S, h, Dh) -> (B, h, Dh, S) at once
         v = self._split_heads(self.v_projection(kv))
         return q, kT, v
 
@@ -482,6 +509,7 @@ class DecoderLM(Module):
                  middle_dim: int | None = None):
         if positions not in ("learned", "sinusoidal", "none"):
             raise ValueError(f"DecoderLM: positions must be 'learned', 'sinusoidal' or 'none', got {positions!r}")
+        check_sizes("DecoderLM", n_vocab=(n_vocab, 1), n_layers=(n_layers, 0))
         self.n_vocab, self.n_embd, self.n_positions = n_vocab, n_embd, n_positions
         self.positions, self.tie_weights = positions, tie_weights
         self.token_embeddings = Embedding(n_vocab, n_embd)
@@ -897,16 +925,32 @@ def _decode(step, limits: np.ndarray, n_vocab: int, sample: bool, temperature: f
     return Generation(generated, lengths, logits_all, n_forward, positions)
 
 
-def lm_loss(logits: Tensor, targets) -> Tensor:
-    """Mean next-token cross-entropy over all positions: (B, S, V) logits, (B, S) targets."""
+def lm_loss(logits: Tensor, targets, ignore_index: int = -100) -> Tensor:
+    """Mean next-token cross-entropy: (B, S, V) logits, (B, S) targets.
+
+    Positions whose target is ignore_index are left out, as in F.cross_entropy (same default, -100):
+    the mean is over the other positions, and the ignored ones get exactly zero gradient. Use it for
+    padding, or to train only on the target half of a decoder-only translation (notes §6.3).
+    """
     batch_size, seq_len, n_vocab = logits.shape
-    return softmax_loss(logits.view(batch_size * seq_len, n_vocab), np.asarray(targets).reshape(-1)).mean()
+    targets = np.asarray(targets).reshape(-1)
+    keep = targets != ignore_index
+    n_kept = int(keep.sum())
+    if n_kept == 0:  # F.cross_entropy returns nan here
+        raise ValueError(f"lm_loss: every target is ignore_index={ignore_index}, so there is no position "
+                         f"to average over")
+    losses = softmax_loss(logits.view(batch_size * seq_len, n_vocab), np.where(keep, targets, 0))
+    if n_kept == targets.size:
+        return losses.mean()
+    return (losses * (keep / n_kept)).sum()   # ignored positions weigh 0: no loss, no gradient
 
 
 class SGD:
     """Plain gradient descent, for the smallest demos."""
 
     def __init__(self, parameters, lr: float):
+        if not lr > 0:
+            raise ValueError(f"SGD: lr must be > 0, got {lr}")
         self.parameters, self.lr = list(parameters), lr
 
     def step(self):
@@ -919,6 +963,12 @@ class Adam:
     """Adam with bias correction, updating parameters in place (matches torch.optim.Adam)."""
 
     def __init__(self, parameters, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8):
+        if not lr > 0:
+            raise ValueError(f"Adam: lr must be > 0, got {lr}")
+        if len(betas) != 2 or not all(0.0 <= beta < 1.0 for beta in betas):
+            raise ValueError(f"Adam: betas must be two numbers in [0, 1), got {betas}")
+        if not eps > 0:  # with eps = 0 a parameter whose gradient is exactly 0 would get 0/0 = nan
+            raise ValueError(f"Adam: eps must be > 0, got {eps}")
         self.parameters, self.lr, self.betas, self.eps = list(parameters), lr, betas, eps
         self.m = [np.zeros_like(p.data) for p in self.parameters]
         self.v = [np.zeros_like(p.data) for p in self.parameters]
@@ -952,7 +1002,10 @@ def noam_lr(step, d_model: int = 512, warmup: int = 4000):
     uses peak / warmup, not 0. step may be an int or an integer numpy array (for plots).
     """
     steps = np.asarray(step)
-    if not np.issubdtype(steps.dtype, np.integer) or np.any(steps < 1):
+    if not np.issubdtype(steps.dtype, np.integer):
+        kind = f"an array of {steps.dtype}" if steps.ndim else f"a {type(step).__name__}"
+        raise TypeError(f"noam_lr: step must be an integer (it counts updates, from 1), got {step!r}, {kind}")
+    if np.any(steps < 1):
         raise ValueError(f"noam_lr: step must be an integer >= 1 (the number of the update about to be "
                          f"made, counting from 1), got {step!r}; step^-0.5 is undefined at 0")
     steps = steps.astype(np.float64)
