@@ -693,6 +693,9 @@ def show_generation(args):
         common.timing(f"n = {r['n']:>2}, {B} windows: with the cache {1000 * r['wall_cached']:.0f} ms, without "
                       f"{1000 * r['wall_full']:.0f} ms: {r['wall_full'] / r['wall_cached']:.1f}× "
                       f"(CPU time {r['cpu_full'] / r['cpu_cached']:.1f}×; one run each)")
+    common.note(f"The time grows less than the positions computed: at this size (d = {CITY_MODEL['n_embd']}, {B} windows) "
+                "a pass costs mostly tensor.py's fixed cost per\noperation, which the cache does not remove; the wider "
+                "the model and the longer the prefix, the closer the time follows the positions.")
 
     print()
     common.note(f"What the model writes, scored against the city language's exact distribution: the first sentence "
