@@ -127,6 +127,47 @@ def test_op_counts():
     assert r["functions"]["softmax"] == {"max": 1, "sub": 2, "exp": 2, "sum": 1, "log": 1}
 
 
+# ---- part 6 · §3.3, §6.1-§6.2 the paper's encoder-decoder
+def test_base_encoder_decoder_has_63082496_parameters_by_module_count_formula_and_02_part_5():
+    r = s03.encoder_decoder_parameters()                      # built at the base size: d 512, V 37,000
+    assert all(row["by_formula"] == row["counted"] for row in r["rows"]), r["rows"]
+    assert r["total"] == r["from_02"] == r["rows"][-1]["counted"] == 63_082_496
+    assert r["tables"] == 1                                   # one V × d table: source, target and output
+
+
+def test_parameter_formula_equals_module_count_at_other_sizes():
+    for sizes in (dict(d=8, d_ff=20, n_head=2, n_layers=3, n_vocab=13), dict(d=6, d_ff=6, n_head=3, n_layers=1,
+                                                                             n_vocab=5)):
+        r = s03.encoder_decoder_parameters(**sizes)
+        assert all(row["by_formula"] == row["counted"] for row in r["rows"]), (sizes, r["rows"])
+        assert r["total"] == r["from_02"]
+
+
+def test_cross_attention_weights_are_B_h_S_tgt_S_src_and_padded_sources_get_zero():
+    r = s03.encoder_decoder_shapes()
+    shapes = {(step, what): shape for step, what, shape in r["steps"]}
+    assert shapes["weights", "(B, h, S_tgt, S_src)"] == (2, 3, 6, 5)
+    assert shapes["q", "cross: from the decoder"] == (2, 3, 6, 4)
+    assert shapes["kT, v", "cross: from the memory"] == "(2, 3, 4, 5), (2, 3, 5, 4)"
+    assert shapes["weights", "(B, h, S_src, S_src), not causal"] == (2, 3, 5, 5)
+    assert shapes["weights", "(B, h, S_tgt, S_tgt), causal"] == (2, 3, 6, 6)
+    assert shapes["memory", "encoder output"] == (2, 5, 12)
+    assert shapes["logits = y · token_embeddingsᵀ", "(B, S_tgt, V)"] == (2, 6, 11)
+    assert r["calls"] == {"encoder attention": 1, "decoder attention": 1, "cross-attention": 1, "encoder ff": 1,
+                          "decoder ff": 1, "encode": 1, "embed": 2, "shift_right": 1}
+    assert r["self_future_max"] == 0.0 and r["cross_padded_max"] == 0.0 and r["cross_visible_min"] > 0.0
+
+
+def test_encoder_decoder_matches_torch_nn_transformer_outputs_and_every_gradient_post_and_pre_ln():
+    results = s03.torch_nn_parity()
+    assert [r["placement"] for r in results] == ["Post-LN (the paper)", "Pre-LN"]
+    assert [r["final_norms"] for r in results] == [False, True]
+    assert results[1]["n_params"] - results[0]["n_params"] == 4 * 16      # encoder_ln, decoder_ln
+    for r in results:
+        assert r["output_diff"] <= 1e-12 and r["max_grad_diff"] <= 1e-12, r
+        assert len(r["grad_diffs"]) == r["n_tensors"]
+
+
 def test_script_runs_and_is_deterministic(capsys, tmp_path):
     outputs = []
     for figures in (["--figures", str(tmp_path)], ["--no-figures"]):  # draw once: the figure is the slow bit

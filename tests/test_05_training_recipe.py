@@ -199,3 +199,103 @@ def test_figures_are_written(tmp_path, averaging, cost):
     m.draw_checkpoint_averaging(averaging, str(tmp_path))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["05_checkpoint_averaging.png", "05_label_smoothing.png",
                                                           "05_lr_schedule.png"]
+
+
+# ---- Part 6 · §7.1, exercise 11: training is parallel, generation is serial ------------------------------
+def test_training_scores_every_position_in_one_pass_generation_needs_one_pass_per_token():
+    tf.set_seed(0)
+    model = tf.DecoderLM(city_lab.V, 16, 2, n_positions=city_lab.SEQ_LEN, n_layers=2, p_dropout=0.0)
+    r = m.serial_generation(model, lengths=(1, 5, 12, 31), batch=3, seed=0)
+    for row in r["rows"]:
+        n = row["n"]
+        assert row["calls_teacher"] == 1                                       # one pass scores all n positions
+        assert row["calls_cached"] == row["forwards_cached"] == n               # one pass per token, cache or not
+        assert row["calls_full"] == row["forwards_full"] == n
+        assert row["positions_cached"] == n                                     # from Generation.positions_computed
+        assert row["positions_full"] == n * (n + 1) // 2
+        assert row["same_tokens"]
+        assert row["cache_logits_diff"] <= 1e-12 and row["teacher_logits_diff"] <= 1e-12
+    assert "forward" not in vars(model)                                        # the counter is gone afterwards
+
+
+def _window(text):
+    return city_lab.encode(text)[None]
+
+
+def test_scoring_counts_what_the_language_allows_with_its_exact_probabilities():
+    text = "<bos> anna lives in paris . she travels from paris to rome by bus . she returns from rome to paris by bus ."
+    window = _window(text)
+    r = m.score_against_the_language(window, prompt_len=6)
+    p = city_lab.true_distributions(window)[0]                                  # (L - 1, V): p of token t at row t - 1
+    expected = [math.log(p[t - 1, window[0, t]]) for t in range(6, window.shape[1])]
+    assert r["scored"] == len(expected) and r["forbidden"] == 0 and r["clean"] == 1 and r["allowed"] == 1.0
+    assert r["log_p_per_token"] == pytest.approx(np.mean(expected), rel=1e-12)
+    assert r["sentences"] == 2 and r["repeated"] == 0.0
+
+
+def test_scoring_stops_at_the_first_forbidden_token():
+    bad = _window("<bos> anna lives in paris . she travels from paris to paris by bus .")   # DEST is never HOME
+    r = m.score_against_the_language(bad, prompt_len=6)
+    assert r["scored"] == 6 and r["forbidden"] == 1 and r["clean"] == 0        # she travels from paris to [paris]
+    assert r["allowed"] == pytest.approx(5 / 6, rel=1e-15)
+    p = city_lab.true_distributions(_window("<bos> anna lives in paris . she travels from paris to"))[0]
+    allowed = city_lab.encode("she travels from paris to")
+    assert r["log_p_per_token"] == pytest.approx(np.mean(np.log(p[np.arange(5, 10), allowed])), rel=1e-12)
+    assert m._first_forbidden(bad[0], 6) == 11
+    assert m._marked(bad[0], 6) == "she travels from paris to [paris ✗] …"
+    again = m.score_against_the_language(_window("<bos> anna lives in paris . paris is sunny . paris is sunny ."), 6)
+    assert again["sentences"] == 2 and again["repeated"] == 0.5
+
+
+def test_the_languages_own_windows_score_their_known_probabilities():
+    test = city_lab.test_set()
+    windows = np.concatenate([test.x, test.y[:, -1:]], axis=1)[:16, :city_lab.SEQ_LEN]
+    r = m.score_against_the_language(windows, prompt_len=6)
+    assert r["allowed"] == 1.0 and r["clean"] == 16 and r["scored"] == 16 * 26
+    assert r["log_p_per_token"] == pytest.approx(np.log(test.p_y[:16, 5:31]).mean(), rel=1e-12)
+
+
+def test_float64_copy_computes_what_the_float32_torch_model_computes():
+    import city_train
+    import torch
+    original = city_train.build_model(**m.CITY_MODEL, seed=3)
+    ours = m.float64_copy(original.state_dict())
+    x = city_lab.test_set().x[:4]
+    with torch.no_grad():
+        theirs = original(torch.from_numpy(np.array(x))).double().numpy()
+    with tf.no_grad():
+        assert np.abs(ours(x).data - theirs).max() <= 1e-4                    # float32 rounding, nothing more
+    broken = dict(original.state_dict())
+    broken["lm_head.weight"] = broken.pop("lm_head.weights")
+    with pytest.raises(ValueError, match="parameter names differ"):
+        m.float64_copy(broken)
+
+
+def test_city_model_is_part_5s_constant_lr_run(averaging):
+    assert m.city_model(0).final_excess == averaging["last"]                   # the same run, bit for bit
+
+
+@pytest.fixture(scope="module")
+def generations():
+    """Greedy and sampled text of part 6's model (400 steps) at 3 seeds, scored against the language."""
+    return [m.generation_quality(seed=seed) for seed in (0, 1, 2)]
+
+
+def test_greedy_text_has_fewer_forbidden_tokens_than_sampled_text_at_every_seed(generations):
+    for q in generations:       # seeds 0-4 measured: greedy 0.984-0.996 allowed, sampled 0.886-0.966
+        g, s = q["greedy"], q["sampled"]
+        assert q["language"]["allowed"] == 1.0
+        assert g["allowed"] >= s["allowed"] + 0.01, (q["seed"], g, s)
+        assert g["clean"] >= s["clean"] + 10, (q["seed"], g, s)              # of 64 windows
+        assert g["allowed"] >= 0.97 and s["allowed"] >= 0.85, (q["seed"], g, s)
+
+
+def test_greedy_text_is_likelier_per_token_than_sampled_text_at_every_seed(generations):
+    for q in generations:
+        assert q["greedy"]["log_p_per_token"] >= q["sampled"]["log_p_per_token"] + 0.01, q["seed"]
+
+
+def test_greedy_text_repeats_sentences_more_than_the_language_and_sampling_at_every_seed(generations):
+    for q in generations:
+        g = q["greedy"]["repeated"]
+        assert g >= q["language"]["repeated"] + 0.05 and g >= q["sampled"]["repeated"] + 0.05, q["seed"]

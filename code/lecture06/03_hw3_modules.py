@@ -1,10 +1,12 @@
-"""Script 03 · HW3's modules op by op: stable loss, dropout, multi-head shapes, parity, op counts.
+"""Script 03 · HW3's modules op by op: stable loss, dropout, multi-head shapes, parity, op counts, encoder-decoder.
 
 Serves the lecture-6 notes §9.1 (softmax_loss through logsumexp, part 1), §7.2 (dropout, part 2),
 §3.2 (shapes and strides inside multi-head attention, part 3), §9.2 (parity with the PyTorch twin,
-part 4) and §8.4 (how many primitive operations each module's forward makes, part 5).
-Everything runs on transformer.py, i.e. on lecture 5's tensor.py primitives only; torch appears as
-the reference in part 4. Runtime: about 5 s of CPU time (2-core machine), most of it importing torch.
+part 4), §8.4 (how many primitive operations each module's forward makes, part 5) and §3.3, §6.1-§6.2
+(the paper's encoder-decoder: parameters at the base size, shapes through its layers with cross-attention,
+parity with torch.nn.Transformer, part 6). Everything runs on transformer.py, i.e. on lecture 5's tensor.py
+primitives only; torch appears as the reference in parts 4 and 6. Runtime: about 7 s of CPU time (2-core
+machine), most of it importing torch and building the 63M-parameter base model of part 6.
 
     python code/lecture06/03_hw3_modules.py [--part N] [--seed S] [--quick] [--no-figures]
 """
@@ -321,7 +323,195 @@ def draw_op_counts(counts: dict, figures_dir):
     common.save_figure(fig, "03_op_counts", figures_dir)
 
 
-PARTS = {1: show_stable_loss, 2: show_dropout, 3: show_head_shapes, 4: show_parity, 5: show_op_counts}
+# ---- Part 6 · §3.3, §6.1-§6.2 the paper's encoder-decoder ---------------------------------------------
+def _script(name: str):
+    """Another numbered script as a module (its name starts with a digit, so no plain import); its
+    parts only run under __main__, so importing it computes nothing."""
+    import importlib.util
+    import os
+    import sys
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, os.path.join(os.path.dirname(__file__), f"{name}.py"))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules[name] = module
+    return sys.modules[name]
+
+
+def encoder_decoder_parameters(d: int = 512, d_ff: int = 2048, n_head: int = 8, n_layers: int = 6,
+                               n_vocab: int = 37000) -> dict:
+    """Build transformer.EncoderDecoder at this size (Post-LN, the paper's; the default is the paper's
+    base model on the 37K shared vocabulary) and count each module's parameters, against the formula
+    term by term and against 02 part 5's total for the same configuration."""
+    model = transformer.EncoderDecoder(n_vocab, d, n_head, n_layers=n_layers, middle_dim=d_ff,
+                                       n_positions=1, p_dropout=0.0)   # positions are sinusoidal: no parameters
+    attention, ffn, layer_norm = 4 * (d * d + d), 2 * d * d_ff + d_ff + d, 2 * d
+    enc, dec = model.encoder_layers[0], model.decoder_layers[0]
+    rows = [("token_embeddings (source, target and output)", "V·d", n_vocab * d, model.token_embeddings),
+            ("encoder layer: attention", "4(d² + d)", attention, enc.attention),
+            ("encoder layer: ff", "2·d·d_ff + d_ff + d", ffn, enc.ff),
+            ("encoder layer: ln_1, ln_2", "2 · 2d", 2 * layer_norm, [enc.ln_1, enc.ln_2]),
+            ("decoder layer: attention (causal)", "4(d² + d)", attention, dec.attention),
+            ("decoder layer: cross_attention", "4(d² + d)", attention, dec.cross_attention),
+            ("decoder layer: ff", "2·d·d_ff + d_ff + d", ffn, dec.ff),
+            ("decoder layer: ln_1, ln_2, ln_3", "3 · 2d", 3 * layer_norm, [dec.ln_1, dec.ln_2, dec.ln_3]),
+            (f"{n_layers} encoder layers", f"{n_layers} × (4d² + 2·d·d_ff + 9d + d_ff)",
+             n_layers * (attention + ffn + 2 * layer_norm), model.encoder_layers),
+            (f"{n_layers} decoder layers", f"{n_layers} × (8d² + 2·d·d_ff + 15d + d_ff)",
+             n_layers * (2 * attention + ffn + 3 * layer_norm), model.decoder_layers),
+            ("the whole model", "V·d + both stacks", None, model)]
+
+    def counted(modules) -> int:
+        modules = modules if isinstance(modules, list) else [modules]
+        return sum(m.num_parameters() for m in modules)
+
+    table = [dict(module=name, formula=text, by_formula=value, counted=counted(modules))
+             for name, text, value, modules in rows]
+    table[-1]["by_formula"] = n_vocab * d + table[-3]["by_formula"] + table[-2]["by_formula"]
+    from_02 = _script("02_positions").parameters_by_formula(d=d, d_ff=d_ff, n_layers=n_layers, n_vocab=n_vocab,
+                                                             tables=1)
+    shared_once = sum(p.data.shape == (n_vocab, d) for p in model.parameters())
+    return dict(d=d, d_ff=d_ff, n_head=n_head, n_layers=n_layers, n_vocab=n_vocab, rows=table,
+                total=model.num_parameters(), from_02=from_02["total"], tables=shared_once)
+
+
+def _recorded(method, log: dict, label: str):
+    """Wrap a bound method so that each call appends its result to log[label]: the shapes come from the
+    real forward's own calls, not from a re-implementation of it."""
+    def wrapper(*args, **kwargs):
+        result = method(*args, **kwargs)
+        log.setdefault(label, []).append(result)
+        return result
+    return wrapper
+
+
+def encoder_decoder_shapes(B: int = 2, S_src: int = 5, S_tgt: int = 6, D: int = 12, h: int = 3,
+                           n_vocab: int = 11, seed: int = 0) -> dict:
+    """One encoder layer and one decoder layer (Post-LN, eval mode), source row 1 padded at its last two
+    positions: the shape of every tensor the forward makes, recorded from the calls themselves."""
+    model = transformer.EncoderDecoder(n_vocab, D, h, n_layers=1, n_positions=max(S_src, S_tgt), p_dropout=0.0)
+    enc, dec = model.encoder_layers[0], model.decoder_layers[0]
+    log = {}
+    for label, module in (("encoder attention", enc.attention), ("decoder attention", dec.attention),
+                          ("cross-attention", dec.cross_attention)):
+        module.project_to_query_key_value = _recorded(module.project_to_query_key_value, log, label)
+    for label, module in (("encoder ff", enc.ff.linear_in), ("decoder ff", dec.ff.linear_in)):
+        module.forward = _recorded(module.forward, log, label)
+    for name in ("encode", "embed", "shift_right"):
+        setattr(model, name, _recorded(getattr(model, name), log, name))
+    rng = np.random.default_rng(seed)
+    src, tgt = rng.integers(0, n_vocab, (B, S_src)), rng.integers(0, n_vocab, (B, S_tgt))
+    src_pad = np.zeros((B, S_src), dtype=bool)
+    src_pad[1, -2:] = True
+    logits = model.eval()(src, tgt, src_pad)
+    qkv = lambda label: ", ".join(str(t.shape) for t in log[label][0])
+    source_embedded, target_embedded = log["embed"]     # embed runs on the source first, then the target
+    steps = [("source ids", "(B, S_src)", src.shape),
+             ("token_embeddings · √d + PE", "source", source_embedded.shape),
+             ("q, kT, v", "encoder self-attention", qkv("encoder attention")),
+             ("weights", "(B, h, S_src, S_src), not causal", enc.attention.last_attention.shape),
+             ("ff hidden", "(B, S_src, d_ff)", log["encoder ff"][0].shape),
+             ("memory", "encoder output", log["encode"][0].shape),
+             ("target shifted right", "[bos, y_0 … y_T−2]", log["shift_right"][0][0].shape),
+             ("token_embeddings · √d + PE", "target", target_embedded.shape),
+             ("q, kT, v", "decoder self-attention", qkv("decoder attention")),
+             ("weights", "(B, h, S_tgt, S_tgt), causal", dec.attention.last_attention.shape),
+             ("q", "cross: from the decoder", log["cross-attention"][0][0].shape),
+             ("kT, v", "cross: from the memory", ", ".join(str(t.shape) for t in log["cross-attention"][0][1:])),
+             ("weights", "(B, h, S_tgt, S_src)", dec.cross_attention.last_attention.shape),
+             ("ff hidden", "(B, S_tgt, d_ff)", log["decoder ff"][0].shape),
+             ("logits = y · token_embeddingsᵀ", "(B, S_tgt, V)", logits.shape)]
+    self_w, cross_w = dec.attention.last_attention.data, dec.cross_attention.last_attention.data
+    future = np.triu(np.ones((S_tgt, S_tgt), dtype=bool), k=1)
+    padded = np.broadcast_to(src_pad[:, None, None, :], cross_w.shape)
+    return dict(B=B, S_src=S_src, S_tgt=S_tgt, D=D, h=h, d_ff=4 * D, n_vocab=n_vocab, steps=steps,
+                calls={label: len(results) for label, results in log.items()},
+                self_future_max=float(self_w[..., future].max()), self_past_min=float(self_w[..., ~future].min()),
+                cross_padded_max=float(cross_w[padded].max()), cross_visible_min=float(cross_w[~padded].min()),
+                n_padded=int(src_pad.sum()))
+
+
+def torch_nn_parity(B: int = 3, S_src: int = 5, S_tgt: int = 7, D: int = 16, h: int = 4, n_layers: int = 2,
+                    n_vocab: int = 11, seed: int = 0) -> list[dict]:
+    """Our EncoderDecoder against PyTorch's own torch.nn.Transformer (in torch_ref.TorchNNEncoderDecoder,
+    the same weights copied in), float64, no dropout, padded source and target: max |difference| of the
+    logits and of every parameter's gradient, Post-LN (the paper) and Pre-LN."""
+    rng = np.random.default_rng(seed)
+    src, tgt = rng.integers(0, n_vocab, (B, S_src)), rng.integers(0, n_vocab, (B, S_tgt))
+    src_pad, tgt_pad = np.zeros((B, S_src), dtype=bool), np.zeros((B, S_tgt), dtype=bool)
+    src_pad[1, -2:], tgt_pad[1, -3:] = True, True           # every row keeps a real token (torch.nn gives nan
+    out_grad = rng.standard_normal((B, S_tgt, n_vocab))     # for a row with none; ours stays finite)
+    results = []
+    for pre_ln in (False, True):
+        kwargs = dict(n_vocab=n_vocab, n_embd=D, n_head=h, n_layers=n_layers, n_positions=max(S_src, S_tgt),
+                      pre_ln=pre_ln)
+        ours = transformer.EncoderDecoder(**kwargs, p_dropout=0.0)
+        for _, m in ours.named_modules():   # LayerNorms start at 1 and 0; other values make their gradients a test
+            if isinstance(m, transformer.LayerNorm):
+                m.weights.data[...] = rng.uniform(0.5, 1.5, m.weights.shape)
+                m.bias.data[...] = rng.normal(0.0, 0.3, m.bias.shape)
+        reference = torch_ref.copy_to_torch_nn(torch_ref.TorchNNEncoderDecoder(**kwargs), ours)
+        out = ours(src, tgt, src_pad, tgt_pad)
+        out.backward(out_grad)
+        out_t = reference(src, tgt, src_pad, tgt_pad)
+        out_t.backward(torch.from_numpy(out_grad))
+        theirs = torch_ref.torch_nn_gradients(reference, ours)
+        grad_diffs = {n: float(np.abs(p.grad - theirs[n]).max()) for n, p in ours.named_parameters()}
+        worst = max(grad_diffs, key=grad_diffs.get)
+        results.append(dict(placement="Pre-LN" if pre_ln else "Post-LN (the paper)", n_params=ours.num_parameters(),
+                            n_tensors=len(grad_diffs), output_diff=float(np.abs(out.data - out_t.detach().numpy()).max()),
+                            grad_diffs=grad_diffs, max_grad_diff=grad_diffs[worst], worst=worst,
+                            final_norms=reference.transformer.encoder.norm is not None))
+    return results
+
+
+def show_encoder_decoder(args):
+    r = encoder_decoder_parameters()
+    common.header(6, "§3.3, §6.1-§6.2", "The paper's encoder-decoder: parameters, shapes, parity with torch.nn.Transformer")
+    common.note(f"transformer.EncoderDecoder built at the paper's base size (d = {r['d']}, d_ff = {r['d_ff']}, "
+                f"h = {r['n_head']}, {r['n_layers']} + {r['n_layers']} layers, Post-LN, V = {r['n_vocab']:,}); "
+                "parameters counted from its modules:")
+    common.table([[row["module"], row["formula"], f"{row['by_formula']:,}", f"{row['counted']:,}",
+                   "yes" if row["by_formula"] == row["counted"] else "NO"] for row in r["rows"]],
+                 headers=["module", "formula", "by formula", "counted", "equal"], disable_numparse=True)
+    common.note(f"02 part 5's formula for the base model with one shared table: {r['from_02']:,} "
+                f"({'equal' if r['from_02'] == r['total'] else 'NOT equal'}); the model holds {r['tables']} "
+                f"V × d table, used as source embedding, target embedding and output layer.")
+
+    s = encoder_decoder_shapes()
+    print()
+    common.note(f"One encoder layer and one decoder layer, B = {s['B']}, S_src = {s['S_src']}, S_tgt = {s['S_tgt']}, "
+                f"D = {s['D']}, h = {s['h']} (Dh = {s['D'] // s['h']}), d_ff = {s['d_ff']}, V = {s['n_vocab']}; "
+                f"source row 1 padded at its last {s['n_padded']} positions:")
+    common.table([[code, what, str(shape)] for code, what, shape in s["steps"]],
+                 headers=["step", "what", "shape"], disable_numparse=True)
+    common.note(f"Decoder self-attention: weight on a future position at most {s['self_future_max']:.1f} (causal). "
+                f"Cross-attention: on a padded source position at most {s['cross_padded_max']:.1f}; every other "
+                f"entry > 0 (smallest {s['cross_visible_min']:.2g}): no causal mask, the whole source is visible.")
+
+    results = torch_nn_parity()
+    print()
+    common.note("Against PyTorch's own torch.nn.Transformer (the same weights copied in; float64, no dropout, "
+                "padded source and target):")
+    # the digits of rounding-level differences, and which parameter holds the largest, depend on the CPU's
+    # kernels (torch.nn's fused paths round differently from its generic ones): marked; the bound is not
+    common.table([[p["placement"], "yes" if p["final_norms"] else "no", f"{p['n_params']:,}", p["n_tensors"],
+                   f"{p['output_diff']:.1e}", f"{p['max_grad_diff']:.1e}"] for p in results],
+                 headers=["LayerNorm", "final norms", "parameters", "tensors", "max |Δ logits|",
+                          "max |Δ grad| (every parameter)"], disable_numparse=True, kernel_dependent=True)
+    common.kernel_note("largest gradient difference in: " + ", ".join(f"{p['placement']}: {p['worst']}" for p in results))
+    overall = max(max(p["output_diff"], p["max_grad_diff"]) for p in results)
+    common.note(f"Post-LN and Pre-LN: the logits and the gradients of all "
+                f"{' and '.join(str(p['n_tensors']) for p in results)} parameter tensors agree to "
+                f"{'< 1e-13' if overall < 1e-13 else f'{overall:.0e} (MORE than rounding)'}: float64 rounding.")
+    post, pre = results
+    common.note(f"Pre-LN's final encoder_ln and decoder_ln add 4d = {pre['n_params'] - post['n_params']} parameters. "
+                "torch.nn.Transformer builds those two final norms\neven for Post-LN, where the paper has none; "
+                "the reference passes its own encoder and decoder without them (torch_ref.TorchNNEncoderDecoder).")
+
+
+PARTS = {1: show_stable_loss, 2: show_dropout, 3: show_head_shapes, 4: show_parity, 5: show_op_counts,
+         6: show_encoder_decoder}
 
 if __name__ == "__main__":
     common.main(__doc__, PARTS)

@@ -8,6 +8,12 @@ city_lab.py's harness in two worker processes. Runtime: about 6 s of CPU time in
 of it importing torch) plus two 4 s training runs side by side in worker processes, i.e. about 10 s on an
 idle 2-core machine, measured 8-10 s (`--quick`: about 8 s).
 
+Part 6 (§7.1's other half, exercise 11) counts the forward passes of training (one) and of generation (one
+per token), the positions computed with and without transformer.py's KV cache (n against n(n+1)/2), and
+scores what a city-language model writes, greedy and sampled, against the language's exact distribution.
+It trains part 5's constant-lr run once more, in this process (`city_model`): about 4 s of CPU time on an
+idle machine (2 s with `--quick`), plus about 1 s of generation.
+
     python code/lecture06/05_training_recipe.py [--part N] [--seed S] [--quick] [--no-figures]
 """
 from __future__ import annotations
@@ -481,8 +487,250 @@ def draw_checkpoint_averaging(r, figures_dir):
     common.save_figure(fig, "05_checkpoint_averaging", figures_dir)
 
 
+# ---- Part 6 · §7.1, exercise 11 training is parallel, generation is serial -------------------------------
+import functools  # noqa: E402  (only this part caches a trained model)
+
+CITY_MODEL = dict(n_layers=1, n_embd=64, n_head=4)   # part 5's constant-lr run: this model, lr 3e-3
+CITY_LR = 3e-3
+
+
+@functools.lru_cache(maxsize=None)
+def city_model(seed: int, steps: int = 400) -> city_train.TrainResult:
+    """Part 5's constant-lr run (a 1-layer Pre-LN DecoderLM, d = 64, lr 3e-3, float32 torch_ref, batches and
+    initial weights from `seed`), trained once per (seed, steps); its last checkpoint holds the final weights."""
+    return city_train.run(model=dict(CITY_MODEL, seed=seed),
+                          training=dict(steps=steps, lr=CITY_LR, seed=seed, eval_every=steps, checkpoint_every=steps))
+
+
+def float64_copy(state_dict: dict, n_head: int = CITY_MODEL["n_head"]) -> tf.DecoderLM:
+    """transformer.DecoderLM (float64, tensor.py) holding the weights of a city_train model (float32,
+    torch_ref): both name their parameters alike, so each tensor is copied by name, its shape checked."""
+    n_embd = state_dict["token_embeddings.weights"].shape[1]
+    n_layers = len({k.split(".")[1] for k in state_dict if k.startswith("layers.")})
+    ours = tf.DecoderLM(city_lab.V, n_embd, n_head, n_positions=city_lab.SEQ_LEN, n_layers=n_layers, p_dropout=0.0)
+    names = [n for n, _ in ours.named_parameters()]
+    if sorted(names) != sorted(state_dict):
+        raise ValueError(f"float64_copy: parameter names differ:\n ours:  {names}\n torch: {list(state_dict)}")
+    for name, p in ours.named_parameters():
+        value = state_dict[name].detach().double().numpy()
+        if value.shape != p.data.shape:
+            raise ValueError(f"float64_copy: {name} is {value.shape} in torch, {p.data.shape} here")
+        p.data[...] = value
+    return ours.eval()
+
+
+def _count_forwards(model: tf.Module) -> list:
+    """From now on, append to the returned list once per forward pass of model."""
+    calls, forward = [], model.forward
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return forward(*args, **kwargs)
+    model.forward = counted
+    return calls
+
+
+def serial_generation(model: tf.DecoderLM, lengths=(8, 16, 31), batch: int = 16, seed: int = 0) -> dict:
+    """Generate n tokens after <bos> for each n in lengths (batch rows, sampled at T = 1, seeded), with and
+    without the KV cache: forward passes (counted, and Generation.n_forward), positions run through the model
+    (Generation.positions_computed) and time, one run each. Then teacher forcing: one forward over the
+    finished windows, which must give every step's logits again."""
+    prompt = np.full((batch, 1), city_lab.BOS)
+    forwards = _count_forwards(model)
+    rows = []
+    try:
+        for n in lengths:
+            runs = {}
+            for use_cache in (True, False):
+                forwards.clear()
+                with common.stopwatch() as elapsed:
+                    result = model.generate(prompt, n, sample=True, rng=np.random.default_rng(seed),
+                                            use_cache=use_cache)
+                runs[use_cache] = (result, len(forwards), elapsed(), elapsed.cpu())
+            (cached, calls_cached, wall_cached, cpu_cached) = runs[True]
+            (full, calls_full, wall_full, cpu_full) = runs[False]
+            forwards.clear()
+            with no_grad():
+                one_pass = model(np.concatenate([prompt, cached.tokens[:, :-1]], axis=1)).data   # (B, n, V)
+            rows.append(dict(n=n, forwards_cached=cached.n_forward, forwards_full=full.n_forward,
+                             calls_cached=calls_cached, calls_full=calls_full, calls_teacher=len(forwards),
+                             positions_cached=cached.positions_computed, positions_full=full.positions_computed,
+                             same_tokens=bool((cached.tokens == full.tokens).all()),
+                             cache_logits_diff=float(np.abs(cached.logits - full.logits).max()),
+                             teacher_logits_diff=float(np.abs(cached.logits - one_pass).max()),
+                             wall_cached=wall_cached, wall_full=wall_full, cpu_cached=cpu_cached, cpu_full=cpu_full))
+    finally:
+        del model.forward                   # the class's forward again
+    return dict(batch=batch, rows=rows)
+
+
+def _sentences(words: list) -> list:
+    """Split at "." (and <bos>, which ends a story): the complete sentences, each a tuple of words."""
+    sentences, current = [], []
+    for w in words:
+        current.append(w)
+        if w in (".", "<bos>"):
+            sentences.append(tuple(current))
+            current = []
+    return sentences
+
+
+def score_against_the_language(windows: np.ndarray, prompt_len: int) -> dict:
+    """Replay each window (token ids from <bos>) through the city language's grammar (city_lab.stories) and
+    score the tokens after the prompt by their true probability p(token | every token before it). A token
+    with p = 0 is one the language forbids; after it the story's state is undefined, so scoring stops there
+    (at most one per window). Also: the continuation's complete sentences that repeat an earlier sentence
+    of the same window."""
+    scored = forbidden = clean = repeated = sentences = 0
+    log_p = 0.0
+    for window in windows:
+        words = [city_lab.VOCAB[i] for i in window]
+        story = city_lab.stories()              # starts just after a <bos>
+        distribution = next(story)
+        for w in words[1:prompt_len]:
+            distribution = story.send(w)
+        end = len(words)
+        for t in range(prompt_len, len(words)):
+            p = distribution.get(words[t], 0.0)
+            scored += 1
+            if p == 0.0:
+                forbidden += 1
+                end = t
+                break
+            log_p += math.log(p)
+            distribution = story.send(words[t])
+        clean += end == len(words)
+        seen = set(_sentences(words[1:prompt_len]))
+        for sentence in _sentences(words[prompt_len:end]):
+            sentences += 1
+            repeated += sentence in seen
+            seen.add(sentence)
+    return dict(windows=len(windows), scored=scored, forbidden=forbidden, allowed=1 - forbidden / scored,
+                clean=clean, log_p_per_token=log_p / (scored - forbidden), sentences=sentences,
+                repeated=repeated / max(sentences, 1))
+
+
+def generation_quality(seed: int = 0, steps: int = 400, n_windows: int = 64, prompt_len: int = 6) -> dict:
+    """Continue the first sentence (<bos> NAME lives in CITY .) of n_windows test stories to SEQ_LEN tokens
+    with the float64 copy of city_model(seed, steps), greedy and sampled (T = 1, rng seeded by `seed`), and
+    score each text against the language; the test windows' own continuations are the reference."""
+    weights = city_model(seed, steps).checkpoints[-1][1]
+    ours = float64_copy(weights)
+    test = city_lab.test_set()
+    windows = np.concatenate([test.x, test.y[:, -1:]], axis=1)[:n_windows, :city_lab.SEQ_LEN]  # (N, 32) from <bos>
+    prompts, n_new = windows[:, :prompt_len], city_lab.SEQ_LEN - prompt_len
+    greedy = ours.generate(prompts, n_new)
+    sampled = ours.generate(prompts, n_new, sample=True, temperature=1.0, rng=np.random.default_rng(seed))
+    texts = {"greedy": np.concatenate([prompts, greedy.tokens], axis=1),
+             "sampled": np.concatenate([prompts, sampled.tokens], axis=1)}
+    original = city_train.build_model(**CITY_MODEL, seed=seed)
+    original.load_state_dict(weights)
+    with torch.no_grad():
+        theirs = torch.log_softmax(original(torch.from_numpy(windows[:8])).double(), dim=-1).numpy()
+    with no_grad():
+        logits = ours(windows[:8])
+        mine = (logits - tf.logsumexp(logits)).data
+    return dict(seed=seed, steps=steps, excess=city_model(seed, steps).final_excess, n_windows=n_windows,
+                prompt_len=prompt_len, n_new=n_new, float32_vs_float64=float(np.abs(theirs - mine).max()),
+                language=score_against_the_language(windows, prompt_len),
+                greedy=score_against_the_language(texts["greedy"], prompt_len),
+                sampled=score_against_the_language(texts["sampled"], prompt_len), texts=texts,
+                greedy_distinct=len({tuple(row) for row in greedy.tokens}),
+                prompts_distinct=len({tuple(row) for row in prompts}))
+
+
+def _first_forbidden(window: np.ndarray, prompt_len: int) -> int | None:
+    """The position of the first token after the prompt that the language forbids (None: there is none)."""
+    story = city_lab.stories()
+    distribution = next(story)
+    for t, i in enumerate(window[1:], start=1):
+        word = city_lab.VOCAB[i]
+        if t >= prompt_len and distribution.get(word, 0.0) == 0.0:
+            return t
+        distribution = story.send(word)
+    return None
+
+
+def _marked(window: np.ndarray, prompt_len: int) -> str:
+    """The continuation as text; the first token the language forbids shown as [word ✗], the rest cut."""
+    stop = _first_forbidden(window, prompt_len)
+    text = city_lab.decode(window[prompt_len:stop])
+    return text if stop is None else f"{text} [{city_lab.VOCAB[window[stop]]} ✗] …".lstrip()
+
+
+def show_generation(args):
+    steps = 200 if args.quick else 400          # part 5's run length, quick or not
+    with common.stopwatch() as elapsed:
+        city_model(args.seed, steps)
+    train_time = elapsed()
+    s = serial_generation(float64_copy(city_model(args.seed, steps).checkpoints[-1][1]),
+                          lengths=(8, 31) if args.quick else (8, 16, 31), batch=16, seed=args.seed)
+    q = generation_quality(seed=args.seed, steps=steps, n_windows=32 if args.quick else 64)
+    common.header(6, "§7.1, exercise 11", "Training is parallel, generation is serial")
+    B, longest = s["batch"], s["rows"][-1]
+    common.note(f"Part 5's constant-lr model ({steps} steps, float32 torch_ref) copied into transformer.DecoderLM "
+                f"(float64, tensor.py); {B} windows, each from <bos>,\nsampled at T = 1. Forward passes to score, "
+                f"or to write, {longest['n']} tokens per window:")
+    common.table([["training (teacher forcing): all inputs known", longest["calls_teacher"], longest["n"],
+                   "yes" if longest["teacher_logits_diff"] <= 1e-12 else "NO"],
+                  ["generation with the KV cache", longest["calls_cached"], longest["positions_cached"], ""],
+                  ["generation without (the whole prefix each pass)", longest["calls_full"], longest["positions_full"],
+                   "yes" if longest["cache_logits_diff"] <= 1e-12 else "NO"]],
+                 headers=["", "forward passes", "positions computed per window",
+                          "logits = the cached run's (≤ 1e-12)"], disable_numparse=True)
+    common.note(f"Training scores all {longest['n']} positions in one pass: every input is known, and the causal "
+                "mask keeps each position blind to the later ones.\nGeneration needs one pass per token, one after "
+                "the other: the input of pass t + 1 is the token pass t chose (exercise 11).")
+    print()
+    common.table([[r["n"], r["forwards_cached"], r["positions_cached"], r["forwards_full"], r["positions_full"],
+                   r["n"] * (r["n"] + 1) // 2, f"{r['positions_full'] / r['positions_cached']:.1f}",
+                   "yes" if r["same_tokens"] else "NO"] for r in s["rows"]],
+                 headers=["new tokens n", "passes, cache", "positions, cache", "passes, no cache",
+                          "positions, no cache", "n(n+1)/2", "ratio", "same tokens"], disable_numparse=True)
+    common.note("With the cache each pass computes one new position and keeps its keys and values for the later "
+                "ones; without it, pass t recomputes all t positions.")
+    for r in s["rows"]:
+        common.timing(f"n = {r['n']:>2}, {B} windows: with the cache {1000 * r['wall_cached']:.0f} ms, without "
+                      f"{1000 * r['wall_full']:.0f} ms: {r['wall_full'] / r['wall_cached']:.1f}× "
+                      f"(CPU time {r['cpu_full'] / r['cpu_cached']:.1f}×; one run each)")
+    common.note(f"The time grows less than the positions computed: at this size (d = {CITY_MODEL['n_embd']}, {B} windows) "
+                "a pass costs mostly tensor.py's fixed cost per\noperation, which the cache does not remove; the wider "
+                "the model and the longer the prefix, the closer the time follows the positions.")
+
+    print()
+    common.note(f"What the model writes, scored against the city language's exact distribution: the first sentence "
+                f"of {q['n_windows']} test stories\n(<bos> NAME lives in CITY .) continued by {q['n_new']} tokens. "
+                "A token is allowed if p_true > 0; a window is scored up to its first forbidden token\n(after it "
+                "the story's state is undefined). Greedy and sampled rows: this model and seed.")
+    rows = []
+    for key, label in (("language", "the language (test windows)"), ("greedy", f"{common.KERNELS} greedy"),
+                       ("sampled", f"{common.KERNELS} sampled, T = 1")):
+        r = q[key]
+        rows.append([label, f"{r['scored']:,}", r["forbidden"], f"{r['allowed']:.4f}",
+                     f"{r['clean']} / {r['windows']}", f"{r['log_p_per_token']:.3f}", f"{r['repeated']:.0%}"])
+    common.table(rows, headers=["text", "tokens scored", "forbidden", "fraction allowed",
+                                "windows with none forbidden", "true log p per allowed token",
+                                "sentences repeated"], disable_numparse=True)
+    g, sm = q["greedy"], q["sampled"]
+    common.kernel_note(f"the model: test excess {q['excess']:.0f} mnat/token; float64 copy vs float32 original: "
+                       f"log-probabilities differ by at most {q['float32_vs_float64']:.0e}; "
+                       f"{q['greedy_distinct']} distinct greedy continuations of {q['prompts_distinct']} distinct prompts")
+    example = next((b for b, text in enumerate(q["texts"]["sampled"])   # a derailment with some text before it
+                    if (_first_forbidden(text, q["prompt_len"]) or 0) >= q["prompt_len"] + 8), 0)
+    common.kernel_note(f"window {example}, prompt:  {city_lab.decode(q['texts']['greedy'][example, 1:q['prompt_len']])}")
+    for key in ("greedy", "sampled"):
+        common.kernel_note(f"{key + ':':<8} {_marked(q['texts'][key][example], q['prompt_len'])}")
+    fewer = "fewer" if g["forbidden"] / g["scored"] < sm["forbidden"] / sm["scored"] else "MORE"
+    likelier = "higher" if g["log_p_per_token"] > sm["log_p_per_token"] else "LOWER"
+    common.note(f"Greedy text has {fewer} forbidden tokens than sampled text and a {likelier} true log-probability "
+                "per token: sampling at T = 1 also draws\nthe small probability the model leaves on impossible tokens, "
+                "and one of them derails the story. Greedy decoding's price is repetition:\nat 400 steps it repeats "
+                "sentences more often than the language does (tests/test_05_training_recipe.py, 3 seeds).")
+    common.timing(f"part 6: training the model {train_time:.1f} s (the same run as part 5's constant-lr one)")
+
+
 PARTS = {1: show_teacher_forcing, 2: show_label_smoothing, 3: show_lr_schedule, 4: show_adam_first_step,
-         5: show_checkpoint_averaging}
+         5: show_checkpoint_averaging, 6: show_generation}
 
 if __name__ == "__main__":
     common.main(__doc__, PARTS)
