@@ -6,7 +6,7 @@ import math
 import numpy as np
 
 import common
-import transformer as tr
+import transformer
 from conftest import load_script
 
 bench = load_script("bench_step")
@@ -42,7 +42,7 @@ def test_step_gemms_are_the_products_of_our_forward_and_their_backward():
     ours, _, x, y = bench.build(*size)
     gemms = bench.step_gemms(*size)
     forward = Counter((math.prod(shape), M, K, N) for what, shape, M, K, N in gemms if "backward" not in what)
-    assert forward == _forward_products(tr.lm_loss(ours(x), y))
+    assert forward == _forward_products(transformer.lm_loss(ours(x), y))
     assert len(gemms) == 3 * sum(forward.values())                      # each forward product brings two
     for (what, shape, M, K, N), (back_a, s_a, *dA), (back_b, s_b, *dB) in zip(gemms[::3], gemms[1::3], gemms[2::3]):
         assert back_a == f"{what} backward dA" and back_b == f"{what} backward dB" and shape == s_a == s_b

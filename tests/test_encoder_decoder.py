@@ -20,7 +20,7 @@ import pytest
 import torch
 
 import torch_ref
-import transformer as tr
+import transformer
 from gradcheck import PRIMITIVES, check_gradients, leaf
 from tensor import count_ops
 from test_transformer import violations
@@ -30,7 +30,7 @@ TOL = 1e-12
 
 @pytest.fixture(autouse=True)
 def _seed():
-    tr.set_seed(0)
+    transformer.set_seed(0)
     torch.manual_seed(0)
 
 
@@ -55,7 +55,7 @@ def randomize_layernorms(model, seed=1):
     """LayerNorms start at weights 1, bias 0; random values make their gradients a real test."""
     rng = np.random.default_rng(seed)
     for _, m in model.named_modules():
-        if isinstance(m, tr.LayerNorm):
+        if isinstance(m, transformer.LayerNorm):
             m.weights.data[...] = rng.uniform(0.5, 1.5, m.weights.shape)
             m.bias.data[...] = rng.normal(0.0, 0.3, m.bias.shape)
     return model
@@ -79,7 +79,7 @@ def batch(n_vocab, b, s_src, s_tgt, seed=0):
 def three_models(pre_ln, activation, n_vocab, d, h, n_layers, n_positions=16, p_dropout=0.0):
     kwargs = dict(n_vocab=n_vocab, n_embd=d, n_head=h, n_layers=n_layers, n_positions=n_positions,
                   pre_ln=pre_ln, activation=activation)
-    ours = randomize_layernorms(tr.EncoderDecoder(**kwargs, p_dropout=p_dropout))
+    ours = randomize_layernorms(transformer.EncoderDecoder(**kwargs, p_dropout=p_dropout))
     twin = torch_ref.copy_from(torch_ref.EncoderDecoder(**kwargs, p_dropout=p_dropout), ours)
     official = torch_ref.copy_to_torch_nn(torch_ref.TorchNNEncoderDecoder(**kwargs), ours)
     return ours, twin, official
@@ -136,7 +136,7 @@ def test_outputs_and_every_gradient_match_torch_nn_transformer_and_the_twin(pre_
 
 
 def test_paper_configuration_is_post_ln_relu_without_final_layernorms():
-    model = tr.EncoderDecoder(11, 8, 2, n_layers=2)
+    model = transformer.EncoderDecoder(11, 8, 2, n_layers=2)
     names = [n for n, _ in model.named_parameters()]
     assert not any(n.startswith(("encoder_ln", "decoder_ln")) for n in names)
     assert all(not layer.pre_ln and layer.ff.activation == "relu"
@@ -146,7 +146,7 @@ def test_paper_configuration_is_post_ln_relu_without_final_layernorms():
     assert not official.transformer.encoder.layers[0].norm_first
     default_nn = torch.nn.Transformer(8, 2, 2, 2, 32, batch_first=True)    # what we did not use, and why
     assert default_nn.encoder.norm is not None and default_nn.decoder.norm is not None
-    pre = tr.EncoderDecoder(11, 8, 2, n_layers=2, pre_ln=True)
+    pre = transformer.EncoderDecoder(11, 8, 2, n_layers=2, pre_ln=True)
     assert [n for n, _ in pre.named_parameters()][-2:] == ["decoder_ln.weights", "decoder_ln.bias"]
     official_pre = torch_ref.TorchNNEncoderDecoder(11, 8, 2, n_layers=2, pre_ln=True)
     assert isinstance(official_pre.transformer.encoder.norm, torch.nn.LayerNorm)
@@ -155,7 +155,7 @@ def test_paper_configuration_is_post_ln_relu_without_final_layernorms():
 
 def test_twin_matches_in_training_mode_with_the_same_dropout_masks():
     kwargs = dict(n_vocab=11, n_embd=16, n_head=4, n_layers=2, n_positions=16, p_dropout=0.2, pre_ln=False)
-    ours = randomize_layernorms(tr.EncoderDecoder(**kwargs)).train()
+    ours = randomize_layernorms(transformer.EncoderDecoder(**kwargs)).train()
     twin = torch_ref.copy_from(torch_ref.EncoderDecoder(**kwargs), ours)
     assert twin.training
     src, tgt, src_pad, tgt_pad = batch(11, 3, 5, 6)
@@ -166,7 +166,7 @@ def test_twin_matches_in_training_mode_with_the_same_dropout_masks():
     name, diff = worst((out.data, {n: p.grad for n, p in ours.named_parameters()}),
                        (twin_out, torch_ref.gradients(twin)))
     assert diff <= TOL, f"{name}: {diff:.2e}"
-    drops = [m for _, m in ours.named_modules() if isinstance(m, tr.Dropout)]
+    drops = [m for _, m in ours.named_modules() if isinstance(m, transformer.Dropout)]
     assert len(drops) == 2 + 2 * 3 + 2 * 5                        # embeddings, encoder and decoder layers
     assert all((m.last_mask == 0).any() for m in drops)           # dropout really was on everywhere
     ours.eval()
@@ -197,7 +197,7 @@ def test_fully_padded_source_row_torch_nn_gives_nan_or_zero_attention_ours_stays
 def test_teacher_forcing_one_pass_equals_one_pass_per_prefix(pre_ln):
     """logits[:, t] of one forward over the whole target = the last position of a forward over the
     first t + 1 target tokens (notes §7.1): the causal mask makes each position see only its prefix."""
-    model = tr.EncoderDecoder(13, 16, 4, n_layers=2, n_positions=16, p_dropout=0.0, pre_ln=pre_ln)
+    model = transformer.EncoderDecoder(13, 16, 4, n_layers=2, n_positions=16, p_dropout=0.0, pre_ln=pre_ln)
     src, tgt, src_pad, _ = batch(13, 2, 5, 6)
     full = model(src, tgt, src_pad).data
     for t in range(tgt.shape[1]):
@@ -207,7 +207,7 @@ def test_teacher_forcing_one_pass_equals_one_pass_per_prefix(pre_ln):
 
 @pytest.mark.parametrize("j", [0, 2, 5])
 def test_changing_a_target_token_leaves_every_earlier_prediction_bit_identical(j):
-    model = tr.EncoderDecoder(13, 16, 4, n_layers=2, n_positions=16, p_dropout=0.0)
+    model = transformer.EncoderDecoder(13, 16, 4, n_layers=2, n_positions=16, p_dropout=0.0)
     src, tgt, src_pad, tgt_pad = batch(13, 2, 5, 6)
     changed = tgt.copy()
     changed[:, j] = (changed[:, j] + 1) % 13
@@ -217,7 +217,7 @@ def test_changing_a_target_token_leaves_every_earlier_prediction_bit_identical(j
 
 
 def test_changing_a_padded_source_token_changes_nothing():
-    model = tr.EncoderDecoder(13, 16, 4, n_layers=2, n_positions=16, p_dropout=0.0, pre_ln=True)
+    model = transformer.EncoderDecoder(13, 16, 4, n_layers=2, n_positions=16, p_dropout=0.0, pre_ln=True)
     src, tgt, src_pad, tgt_pad = batch(13, 3, 5, 4)
     changed = np.where(src_pad, (src + 3) % 13, src)
     assert (changed != src).any()
@@ -231,7 +231,7 @@ def test_changing_a_padded_source_token_changes_nothing():
 # ---- gradient checks (central differences on every element) ----------------------------------------
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
 def test_gradient_feedforward_activations(activation):
-    ff, x = tr.FeedForward(4, p_dropout=0.0, activation=activation), leaf((2, 3, 4), "permuted")
+    ff, x = transformer.FeedForward(4, p_dropout=0.0, activation=activation), leaf((2, 3, 4), "permuted")
     check_gradients(lambda: ff(x), ff.parameters() + [x])
 
 
@@ -240,17 +240,17 @@ def test_gradient_decoder_layer(pre_ln):
     """EncoderLayer is TransformerLayer with other defaults (checked in test_transformer); the decoder
     layer's three sub-layers and its cross-attention to memory are new wiring."""
     pad = np.array([[False, False, True], [False, False, False]])
-    dec = randomize_layernorms(tr.DecoderLayer(4, 2, p_dropout=0.0, pre_ln=pre_ln, middle_dim=6,
+    dec = randomize_layernorms(transformer.DecoderLayer(4, 2, p_dropout=0.0, pre_ln=pre_ln, middle_dim=6,
                                                activation="gelu"))       # a narrow FFN keeps the check quick
     y, memory = leaf((2, 2, 4), seed=1), leaf((2, 3, 4), "permuted", seed=2)
     check_gradients(lambda: dec(y, memory, src_pad_mask=pad), dec.parameters() + [y, memory])
-    assert isinstance(tr.EncoderLayer(4, 2), tr.TransformerLayer) and not tr.EncoderLayer(4, 2).attention.causal
+    assert isinstance(transformer.EncoderLayer(4, 2), transformer.TransformerLayer) and not transformer.EncoderLayer(4, 2).attention.causal
 
 
 def test_gradient_encoder_decoder_shared_embedding_and_final_layernorms():
     """What the layer checks above do not cover: the one table used three times (source, target, output;
     its gradient is the sum of the three) behind the ·√d, and the final LayerNorms of Pre-LN."""
-    model = randomize_layernorms(tr.EncoderDecoder(5, 4, 2, n_layers=1, n_positions=4, p_dropout=0.0,
+    model = randomize_layernorms(transformer.EncoderDecoder(5, 4, 2, n_layers=1, n_positions=4, p_dropout=0.0,
                                                    pre_ln=True, activation="gelu"))
     src, tgt = np.array([[1, 4, 2], [0, 3, 3]]), np.array([[2, 2], [4, 1]])
     checked = [p for n, p in model.named_parameters() if not n.startswith(("encoder_layers", "decoder_layers"))]
@@ -262,25 +262,25 @@ def test_gradient_encoder_decoder_shared_embedding_and_final_layernorms():
 def test_parameter_count_and_shared_embedding():
     v, d, n = 13, 8, 3
     attention, ff, ln = 4 * (d * d + d), (d * 4 * d + 4 * d) + (4 * d * d + d), 2 * d
-    post = tr.EncoderDecoder(v, d, 2, n_layers=n)
+    post = transformer.EncoderDecoder(v, d, 2, n_layers=n)
     assert post.num_parameters() == v * d + n * (attention + ff + 2 * ln) + n * (2 * attention + ff + 3 * ln)
-    pre = tr.EncoderDecoder(v, d, 2, n_layers=n, pre_ln=True)
+    pre = transformer.EncoderDecoder(v, d, 2, n_layers=n, pre_ln=True)
     assert pre.num_parameters() == post.num_parameters() + 2 * ln            # encoder_ln, decoder_ln
     assert sum(p.data.shape == (v, d) for p in post.parameters()) == 1       # one table, three uses
     assert abs(post.token_embeddings.weights.data.std() * np.sqrt(d) - 1) < 0.25   # N(0, 1/d) (§4.4)
 
 
 def test_existing_defaults_are_unchanged():
-    assert tr.FeedForward(8).activation == "gelu"
-    assert tr.TransformerLayer(8, 2).ff.activation == "gelu"
-    assert tr.DecoderLM(5, 8, 2, n_positions=4).layers[0].ff.activation == "gelu"
+    assert transformer.FeedForward(8).activation == "gelu"
+    assert transformer.TransformerLayer(8, 2).ff.activation == "gelu"
+    assert transformer.DecoderLM(5, 8, 2, n_positions=4).layers[0].ff.activation == "gelu"
 
 
 def test_only_primitives_in_encoder_decoder_forward_and_backward():
-    model = tr.EncoderDecoder(7, 8, 2, n_layers=1, n_positions=8, p_dropout=0.1, activation="relu")
+    model = transformer.EncoderDecoder(7, 8, 2, n_layers=1, n_positions=8, p_dropout=0.1, activation="relu")
     with count_ops() as counts:
         logits = model(np.array([[1, 2, 3], [4, 0, 1]]), np.array([[2, 3], [0, 1]]))
-        loss = tr.lm_loss(logits, [[2, 3], [0, 1]])
+        loss = transformer.lm_loss(logits, [[2, 3], [0, 1]])
         loss.backward()
     assert set(counts) <= PRIMITIVES and counts["relu"] == 2      # one ReLU per FFN
     assert all(p.grad is not None for p in model.parameters())
@@ -289,8 +289,8 @@ def test_only_primitives_in_encoder_decoder_forward_and_backward():
 def test_no_handwritten_backward_check_covers_the_new_classes():
     """test_transformer's AST check scans the whole file, so it covers the encoder-decoder too: the new
     classes are in what it scans, pass it, and a `.data` slipped into one of them would be caught."""
-    source = inspect.getsource(tr)
-    for cls in (tr.EncoderLayer, tr.DecoderLayer, tr.EncoderDecoder):
+    source = inspect.getsource(transformer)
+    for cls in (transformer.EncoderLayer, transformer.DecoderLayer, transformer.EncoderDecoder):
         assert f"class {cls.__name__}(" in source
         assert violations(inspect.getsource(cls)) == []
     assert violations(source) == []
@@ -302,7 +302,7 @@ def test_no_handwritten_backward_check_covers_the_new_classes():
 
 # ---- bad input ---------------------------------------------------------------------------------------
 def test_errors():
-    model = tr.EncoderDecoder(11, 8, 2, n_layers=1, n_positions=6)
+    model = transformer.EncoderDecoder(11, 8, 2, n_layers=1, n_positions=6)
     src, tgt = np.zeros((2, 4), int), np.zeros((2, 3), int)
     with pytest.raises(ValueError, match=r"target length 7 exceeds n_positions=6, the longest sequence this "
                                          r"model accepts; shorten the target or build the model with a larger"):
@@ -320,6 +320,6 @@ def test_errors():
     with pytest.raises(ValueError, match=r"expected target token ids of shape \(B, S\) with S >= 1, got \(2, 0\)"):
         model(src, np.zeros((2, 0), int))
     with pytest.raises(ValueError, match="activation must be 'gelu' or 'relu', got 'swish'"):
-        tr.EncoderDecoder(11, 8, 2, activation="swish")
+        transformer.EncoderDecoder(11, 8, 2, activation="swish")
     with pytest.raises(ValueError, match=r"bos_id=11 is not a token id \(0..10\)"):
-        tr.EncoderDecoder(11, 8, 2, bos_id=11)
+        transformer.EncoderDecoder(11, 8, 2, bos_id=11)

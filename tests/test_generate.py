@@ -9,25 +9,24 @@ the paper's source length + 50 limit, the n_positions limit of learned positions
 import numpy as np
 import pytest
 
-import transformer as tr
-
+import transformer
 TOL = 1e-12
 V = 13
 
 
 @pytest.fixture(autouse=True)
 def _seed():
-    tr.set_seed(0)
+    transformer.set_seed(0)
 
 
 def decoder_lm(pre_ln=True, positions="learned", **kwargs):
     kwargs = dict(n_positions=16, n_layers=2, p_dropout=0.1, pre_ln=pre_ln, positions=positions,
                   tie_weights=not pre_ln) | kwargs
-    return tr.DecoderLM(V, 16, 4, **kwargs)
+    return transformer.DecoderLM(V, 16, 4, **kwargs)
 
 
 def encoder_decoder(pre_ln=False, **kwargs):
-    return tr.EncoderDecoder(V, 16, 4, **(dict(n_layers=2, n_positions=64, p_dropout=0.1, pre_ln=pre_ln) | kwargs))
+    return transformer.EncoderDecoder(V, 16, 4, **(dict(n_layers=2, n_positions=64, p_dropout=0.1, pre_ln=pre_ln) | kwargs))
 
 
 PROMPT = np.random.default_rng(0).integers(0, V, (3, 4))
@@ -39,14 +38,14 @@ def teacher_forced_step_logits(model, result, src=None, src_pad=None):
     """One forward over prompt/source + everything generated: position by position the logits every
     step should have chosen from (exercise 11: training scores all positions in one pass)."""
     model.eval()
-    if isinstance(model, tr.EncoderDecoder):
+    if isinstance(model, transformer.EncoderDecoder):
         return model(src, result.tokens, src_pad).data
     full = model(np.concatenate([PROMPT, result.tokens], axis=1)).data
     return full[:, PROMPT.shape[1] - 1:-1]
 
 
 def generate(model, use_cache, **kwargs):
-    if isinstance(model, tr.EncoderDecoder):
+    if isinstance(model, transformer.EncoderDecoder):
         return model.generate(SRC, SRC_PAD, kwargs.pop("max_new_tokens", 9), use_cache=use_cache, **kwargs)
     return model.generate(PROMPT, kwargs.pop("max_new_tokens", 9), use_cache=use_cache, **kwargs)
 
@@ -127,7 +126,7 @@ def test_encoder_decoder_projects_the_memory_for_cross_attention_once(use_cache)
 def test_cache_holds_exactly_what_was_fed_back():
     model = decoder_lm()
     cache = model.new_cache(7)
-    with tr.no_grad():
+    with transformer.no_grad():
         model.eval()(PROMPT, cache=cache)
         model(PROMPT[:, :2], cache=cache)
     assert all(c.length == 6 for c in cache)
@@ -214,7 +213,7 @@ def test_the_cache_cannot_go_past_n_positions_with_learned_positions():
     with pytest.raises(ValueError, match=r"a KV cache of 9 positions exceeds n_positions=8"):
         model.new_cache(9)
     cache = model.new_cache(8)
-    with tr.no_grad():
+    with transformer.no_grad():
         model.eval()(np.zeros((1, 8), int), cache=cache)             # positions 0..7: the whole table
         with pytest.raises(ValueError, match=r"sequence length 9 exceeds n_positions=8: the learned position "
                                              r"table has no row for position 8"):
@@ -249,6 +248,6 @@ def test_errors():
     with pytest.raises(ValueError, match=r"not causal \(causal=False\)"):
         decoder_lm(causal=False).generate(PROMPT, 3)
     with pytest.raises(ValueError, match="a KV cache with a capacity serves causal self-attention"):
-        tr.MultiHeadAttention(16, 4, causal=False)(tr.Tensor(np.zeros((1, 1, 16))), cache=tr.KVCache(4))
+        transformer.MultiHeadAttention(16, 4, causal=False)(transformer.Tensor(np.zeros((1, 1, 16))), cache=transformer.KVCache(4))
     with pytest.raises(ValueError, match=r"capacity must be >= 1 position, got 0"):
-        tr.KVCache(0)
+        transformer.KVCache(0)

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import torch_ref
-import transformer as tr
+import transformer
 from gradcheck import leaf
 from tensor import Tensor
 
@@ -18,7 +18,7 @@ B, S, D, H, V = 3, 6, 16, 4, 11
 
 @pytest.fixture(autouse=True)
 def _seed():
-    tr.set_seed(0)
+    transformer.set_seed(0)
     torch.manual_seed(0)
 
 
@@ -74,12 +74,12 @@ def check_twins(ours, twin_class, ours_inputs, twin_kwargs=None, **call):
 # ---- transformer.py against torch_ref.py ---------------------------------------------------------
 @pytest.mark.parametrize("bias", [True, False])
 def test_linear(bias):
-    check_twins(tr.Linear(D, 7, bias=bias), torch_ref.Linear, [leaf((B, S, D), "permuted")],
+    check_twins(transformer.Linear(D, 7, bias=bias), torch_ref.Linear, [leaf((B, S, D), "permuted")],
                 dict(in_size=D, out_size=7, bias=bias))
 
 
 def test_layernorm():
-    check_twins(randomize(tr.LayerNorm(D)), torch_ref.LayerNorm, [leaf((B, S, D), "permuted")], dict(dim=D))
+    check_twins(randomize(transformer.LayerNorm(D)), torch_ref.LayerNorm, [leaf((B, S, D), "permuted")], dict(dim=D))
 
 
 PAD = np.array([[False] * S, [False] * (S - 2) + [True] * 2, [False] + [True] * (S - 1)])
@@ -90,7 +90,7 @@ PAD = np.array([[False] * S, [False] * (S - 2) + [True] * 2, [False] + [True] * 
 def test_attention(causal, pad, p_dropout):
     kwargs = dict(n_embd=D, n_head=H, causal=causal, p_dropout=p_dropout)
     call = {"pad_mask": PAD} if pad else {}
-    check_twins(tr.MultiHeadAttention(**kwargs), torch_ref.MultiHeadAttention, [leaf((B, S, D), "permuted")],
+    check_twins(transformer.MultiHeadAttention(**kwargs), torch_ref.MultiHeadAttention, [leaf((B, S, D), "permuted")],
                 kwargs, **call)
 
 
@@ -98,20 +98,20 @@ def test_cross_attention():
     kwargs = dict(n_embd=D, n_head=H, causal=False, p_dropout=0.1)
     memory_pad = np.zeros((B, S + 3), bool)
     memory_pad[1, -2:] = True
-    check_twins(tr.MultiHeadAttention(**kwargs), torch_ref.MultiHeadAttention, [leaf((B, S, D))], kwargs,
+    check_twins(transformer.MultiHeadAttention(**kwargs), torch_ref.MultiHeadAttention, [leaf((B, S, D))], kwargs,
                 kv=leaf((B, S + 3, D), seed=2), pad_mask=memory_pad)
 
 
 def test_feedforward():
     kwargs = dict(n_embd=D, p_dropout=0.1)
-    check_twins(tr.FeedForward(**kwargs), torch_ref.FeedForward, [leaf((B, S, D))], kwargs)
+    check_twins(transformer.FeedForward(**kwargs), torch_ref.FeedForward, [leaf((B, S, D))], kwargs)
 
 
 @pytest.mark.parametrize("pre_ln", [True, False])
 @pytest.mark.parametrize("p_dropout", [0.0, 0.1])
 def test_transformer_layer(pre_ln, p_dropout):
     kwargs = dict(n_embd=D, n_head=H, p_dropout=p_dropout, pre_ln=pre_ln)
-    check_twins(randomize(tr.TransformerLayer(**kwargs)), torch_ref.TransformerLayer, [leaf((B, S, D))],
+    check_twins(randomize(transformer.TransformerLayer(**kwargs)), torch_ref.TransformerLayer, [leaf((B, S, D))],
                 kwargs, pad_mask=PAD)
 
 
@@ -120,17 +120,17 @@ def test_transformer_layer(pre_ln, p_dropout):
 def test_decoder_lm_with_dropout(tie_weights, positions, pre_ln):
     kwargs = dict(n_vocab=V, n_embd=D, n_head=H, n_positions=S, n_layers=2, p_dropout=0.1,
                   tie_weights=tie_weights, positions=positions, pre_ln=pre_ln)
-    model = randomize(tr.DecoderLM(**kwargs)).train()
+    model = randomize(transformer.DecoderLM(**kwargs)).train()
     ids = np.random.default_rng(3).integers(0, V, (B, S))
     diffs = check_twins(model, torch_ref.DecoderLM, [ids], kwargs)
     assert len(diffs) == 1 + len(model.parameters())
-    drops = [m for _, m in model.named_modules() if isinstance(m, tr.Dropout)]
+    drops = [m for _, m in model.named_modules() if isinstance(m, transformer.Dropout)]
     assert len(drops) == 1 + 3 * 2 and all((m.last_mask == 0).any() for m in drops)   # dropout really on
 
 
 def test_a_length_0_sequence_gives_the_same_empty_logits_as_the_twin():
     kwargs = dict(n_vocab=V, n_embd=D, n_head=H, n_positions=S, n_layers=2, p_dropout=0.0)
-    ours = tr.DecoderLM(**kwargs)
+    ours = transformer.DecoderLM(**kwargs)
     twin = torch_ref.copy_from(torch_ref.DecoderLM(**kwargs), ours)
     ids = np.zeros((B, 0), dtype=np.int64)
     assert ours(ids).shape == tuple(twin(ids).shape) == (B, 0, V)
@@ -143,14 +143,14 @@ def test_lm_loss_training_steps_match():
     and both sides compute rounding noise (~1e-18). Adam turns noise g into an update lr·g/eps, so
     there the two sides differ by up to lr/eps times that noise (~1e-12), and no more."""
     kwargs = dict(n_vocab=V, n_embd=D, n_head=H, n_positions=S, n_layers=2, p_dropout=0.1)
-    ours = tr.DecoderLM(**kwargs)
+    ours = transformer.DecoderLM(**kwargs)
     twin = torch_ref.copy_from(torch_ref.DecoderLM(**kwargs), ours)
-    opt, twin_opt = tr.Adam(ours.parameters(), lr=1e-2), torch.optim.Adam(twin.parameters(), lr=1e-2)
+    opt, twin_opt = transformer.Adam(ours.parameters(), lr=1e-2), torch.optim.Adam(twin.parameters(), lr=1e-2)
     rng = np.random.default_rng(4)
     for _ in range(3):
         ids = rng.integers(0, V, (B, S + 1))
         opt.zero_grad()
-        loss = tr.lm_loss(ours(ids[:, :-1]), ids[:, 1:])
+        loss = transformer.lm_loss(ours(ids[:, :-1]), ids[:, 1:])
         loss.backward()
         opt.step()
         twin_opt.zero_grad()
@@ -174,7 +174,7 @@ def test_lm_loss_with_ignore_index_matches_cross_entropy_and_the_twin():
     targets[0, -2:] = targets[2, 1:] = -100
     for ignore_index, t in [(-100, targets), (3, np.where(targets == -100, 3, np.where(targets == 3, 4, targets)))]:
         z = Tensor(logits.copy(), requires_grad=True)
-        loss = tr.lm_loss(z, t, ignore_index=ignore_index)
+        loss = transformer.lm_loss(z, t, ignore_index=ignore_index)
         loss.backward()
         tz = f64(logits).requires_grad_()
         official = F.cross_entropy(tz.reshape(-1, V), torch.from_numpy(t).reshape(-1), ignore_index=ignore_index)
@@ -191,7 +191,7 @@ def f64(x) -> torch.Tensor:
 
 
 def test_torch_ref_layernorm_vs_nn():
-    ref = randomize(tr.LayerNorm(D, eps=1e-5))
+    ref = randomize(transformer.LayerNorm(D, eps=1e-5))
     twin = torch_ref.copy_from(torch_ref.LayerNorm(D), ref)
     official = nn.LayerNorm(D, eps=1e-5, dtype=torch.float64)
     with torch.no_grad():
@@ -291,7 +291,7 @@ def test_softmax_loss_vs_cross_entropy():
     logits[0] += 1000.0                                   # large logits: still exact after the max shift
     target = np.array([0, 6, 3, 3, 1])
     z = Tensor(logits.copy(), requires_grad=True)
-    loss = tr.softmax_loss(z, target)
+    loss = transformer.softmax_loss(z, target)
     tz = f64(logits).requires_grad_()
     official = F.cross_entropy(tz, torch.from_numpy(target), reduction="none")
     assert max_diff(loss.data, official) <= TOL
@@ -315,7 +315,7 @@ def zeros_for(module, shape):
      TypeError, "True at padded positions"),
 ], ids=["n_layers", "n_vocab", "n_head", "divisible", "bool ids", "int pad_mask"])
 def test_torch_ref_refuses_the_same_bad_arguments_as_ours(build, error, message):
-    for module in (tr, torch_ref):
+    for module in (transformer, torch_ref):
         with pytest.raises(error, match=message):
             build(module)
 
@@ -325,10 +325,10 @@ def test_torch_ref_refuses_the_same_bad_arguments_as_ours(build, error, message)
 def test_adam_matches_torch(betas, eps):
     rng = np.random.default_rng(0)
     shapes = [(4, 3), (3,), (2, 2, 2)]
-    ours = [tr.Parameter(rng.standard_normal(s)) for s in shapes]
+    ours = [transformer.Parameter(rng.standard_normal(s)) for s in shapes]
     initial = [p.data.copy() for p in ours]
     theirs = [f64(p.data.copy()).requires_grad_() for p in ours]
-    opt = tr.Adam(ours, lr=3e-3, betas=betas, eps=eps)
+    opt = transformer.Adam(ours, lr=3e-3, betas=betas, eps=eps)
     official = torch.optim.Adam(theirs, lr=3e-3, betas=betas, eps=eps)
     for step in range(6):
         for p, q in zip(ours, theirs):

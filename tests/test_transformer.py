@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import tensor as T
-import transformer as tr
+import tensor
+import transformer
 from gradcheck import PRIMITIVES, check_gradients, leaf
 from tensor import Tensor, count_ops
 
@@ -19,14 +19,14 @@ B, S, D, H, V = 2, 3, 4, 2, 5                 # small: every element is perturbe
 
 @pytest.fixture(autouse=True)
 def _seed():
-    tr.set_seed(0)
+    transformer.set_seed(0)
 
 
 def randomize_layernorms(module, seed=1):
     """LayerNorm starts at weights 1, bias 0; random values make their gradients a real test."""
     rng = np.random.default_rng(seed)
     for _, m in module.named_modules():
-        if isinstance(m, tr.LayerNorm):
+        if isinstance(m, transformer.LayerNorm):
             m.weights.data[...] = rng.uniform(0.5, 1.5, m.weights.shape)
             m.bias.data[...] = rng.uniform(-0.5, 0.5, m.bias.shape)
     return module
@@ -41,38 +41,38 @@ def check_module(module, f, inputs=()):
 @pytest.mark.parametrize("layout", ["contiguous", "permuted"])
 @pytest.mark.parametrize("bias", [True, False])
 def test_gradient_linear(layout, bias):
-    lin, x = tr.Linear(D, 3, bias=bias), leaf((B, S, D), layout)
+    lin, x = transformer.Linear(D, 3, bias=bias), leaf((B, S, D), layout)
     assert (lin.bias is None) == (not bias)
     check_module(lin, lambda: lin(x), [x])
 
 
 def test_gradient_embedding():
-    emb = tr.Embedding(V, D)
+    emb = transformer.Embedding(V, D)
     ids = np.array([[0, 3, 3], [4, 0, 3]])     # repeated ids: their gradients add up
     check_module(emb, lambda: emb(ids))
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "permuted"])
 def test_gradient_layernorm(layout):
-    ln, x = randomize_layernorms(tr.LayerNorm(D)), leaf((B, S, D), layout)
+    ln, x = randomize_layernorms(transformer.LayerNorm(D)), leaf((B, S, D), layout)
     check_module(ln, lambda: ln(x), [x])
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "permuted"])
 @pytest.mark.parametrize("causal", [True, False])
 def test_gradient_attention(causal, layout):
-    mha, x = tr.MultiHeadAttention(D, H, causal=causal, p_dropout=0.0), leaf((B, S, D), layout)
+    mha, x = transformer.MultiHeadAttention(D, H, causal=causal, p_dropout=0.0), leaf((B, S, D), layout)
     check_module(mha, lambda: mha(x), [x])
 
 
 def test_gradient_attention_pad_mask():
-    mha, x = tr.MultiHeadAttention(D, H, causal=False, p_dropout=0.0), leaf((B, S, D), "permuted")
+    mha, x = transformer.MultiHeadAttention(D, H, causal=False, p_dropout=0.0), leaf((B, S, D), "permuted")
     pad = np.array([[False, False, True], [False, True, True]])
     check_module(mha, lambda: mha(x, pad_mask=pad), [x])
 
 
 def test_gradient_cross_attention():
-    mha = tr.MultiHeadAttention(D, H, causal=False, p_dropout=0.0)
+    mha = transformer.MultiHeadAttention(D, H, causal=False, p_dropout=0.0)
     x, memory = leaf((B, S, D)), leaf((B, S + 2, D), "permuted", seed=1)   # 3 queries, 5 keys
     pad = np.array([[False] * 5, [False, False, False, True, True]])
     check_module(mha, lambda: mha(x, kv=memory, pad_mask=pad), [x, memory])
@@ -80,13 +80,13 @@ def test_gradient_cross_attention():
 
 @pytest.mark.parametrize("layout", ["contiguous", "permuted"])
 def test_gradient_feedforward(layout):
-    ff, x = tr.FeedForward(D, p_dropout=0.0), leaf((B, S, D), layout)
+    ff, x = transformer.FeedForward(D, p_dropout=0.0), leaf((B, S, D), layout)
     check_module(ff, lambda: ff(x), [x])
 
 
 @pytest.mark.parametrize("pre_ln", [True, False])
 def test_gradient_transformer_layer(pre_ln):
-    layer = randomize_layernorms(tr.TransformerLayer(D, H, p_dropout=0.0, pre_ln=pre_ln))
+    layer = randomize_layernorms(transformer.TransformerLayer(D, H, p_dropout=0.0, pre_ln=pre_ln))
     x = leaf((B, S, D), "permuted")
     pad = np.array([[False, False, False], [False, False, True]])
     check_module(layer, lambda: layer(x, pad_mask=pad), [x])
@@ -96,7 +96,7 @@ def test_gradient_transformer_layer(pre_ln):
     ("learned", False, True, 2), ("sinusoidal", False, True, 1), ("none", False, True, 1),
     ("learned", True, True, 1), ("learned", False, False, 1)])
 def test_gradient_decoder_lm(positions, tie_weights, pre_ln, n_layers):
-    model = randomize_layernorms(tr.DecoderLM(V, D, H, n_positions=S, n_layers=n_layers, p_dropout=0.0,
+    model = randomize_layernorms(transformer.DecoderLM(V, D, H, n_positions=S, n_layers=n_layers, p_dropout=0.0,
                                               positions=positions, tie_weights=tie_weights, pre_ln=pre_ln))
     ids = np.array([[1, 4, 1], [0, 2, 3]])
     names = [n for n, _ in model.named_parameters()]
@@ -108,18 +108,18 @@ def test_gradient_decoder_lm(positions, tie_weights, pre_ln, n_layers):
 def test_gradient_losses():
     z = leaf((3, 5))
     z.data[0] *= 1000.0                        # a row of large logits: the max must be subtracted
-    check_gradients(lambda: tr.logsumexp(z, dim=1), [z])
-    check_gradients(lambda: tr.logsumexp(z, dim=0), [z])
-    check_gradients(lambda: tr.softmax(z, dim=-1), [z])
-    check_gradients(lambda: tr.softmax_loss(z, [2, 0, 4]), [z])
+    check_gradients(lambda: transformer.logsumexp(z, dim=1), [z])
+    check_gradients(lambda: transformer.logsumexp(z, dim=0), [z])
+    check_gradients(lambda: transformer.softmax(z, dim=-1), [z])
+    check_gradients(lambda: transformer.softmax_loss(z, [2, 0, 4]), [z])
     logits = leaf((B, S, V), "permuted")
-    check_gradients(lambda: tr.lm_loss(logits.contiguous(), [[1, 2, 3], [0, 4, 4]]), [logits])
+    check_gradients(lambda: transformer.lm_loss(logits.contiguous(), [[1, 2, 3], [0, 4, 4]]), [logits])
 
 
 def test_softmax_loss_values_and_gradient():
-    z = T.tensor([[1000.0, 999.0, 998.0], [0.5, -1.0, 2.0]], requires_grad=True)
+    z = tensor.tensor([[1000.0, 999.0, 998.0], [0.5, -1.0, 2.0]], requires_grad=True)
     y = np.array([0, 2])
-    loss = tr.softmax_loss(z, y)
+    loss = transformer.softmax_loss(z, y)
     expected = np.log(np.exp(z.data - z.data.max(1, keepdims=True)).sum(1)) + z.data.max(1) - z.data[[0, 1], y]
     np.testing.assert_allclose(loss.data, expected, rtol=1e-15)
     assert abs((loss.data[0] + 1000.0) - 1000.407606) < 5e-7   # logsumexp([1000, 999, 998]) (notes §9.1)
@@ -135,12 +135,12 @@ INFINITE_ROWS = np.array([[-INF, -INF, -INF], [INF, 1.0, 2.0], [INF, -INF, 0.0],
 
 
 def test_logsumexp_of_a_row_of_minus_inf_is_minus_inf_and_of_a_row_holding_plus_inf_is_plus_inf_as_in_torch():
-    ours = tr.logsumexp(T.tensor(INFINITE_ROWS), dim=1).data[:, 0]
+    ours = transformer.logsumexp(tensor.tensor(INFINITE_ROWS), dim=1).data[:, 0]
     theirs = torch.logsumexp(torch.from_numpy(INFINITE_ROWS), dim=1).numpy()
     assert not np.isnan(ours).any()
     np.testing.assert_array_equal(ours[:4], [-INF, INF, INF, INF])
     np.testing.assert_allclose(ours, theirs, rtol=1e-15, atol=0)     # infinities compared exactly
-    np.testing.assert_allclose(tr.logsumexp(T.tensor(INFINITE_ROWS.T), dim=0).data[0], theirs, rtol=1e-15)
+    np.testing.assert_allclose(transformer.logsumexp(tensor.tensor(INFINITE_ROWS.T), dim=0).data[0], theirs, rtol=1e-15)
 
 
 def test_softmax_loss_with_infinite_logits_is_logsumexp_minus_z_y_as_torch_computes_it():
@@ -151,7 +151,7 @@ def test_softmax_loss_with_infinite_logits_is_logsumexp_minus_z_y_as_torch_compu
     y = np.array([0, 1, 0, 2, 2, 1, 0, 2])
     z = Tensor(INFINITE_ROWS.copy())
     with np.errstate(invalid="ignore"):
-        loss = tr.softmax_loss(z, y).data
+        loss = transformer.softmax_loss(z, y).data
         zt = torch.from_numpy(INFINITE_ROWS)
         definition = (torch.logsumexp(zt, dim=1) - zt[np.arange(8), y]).numpy()
     np.testing.assert_allclose(loss, definition, rtol=1e-15, atol=0, equal_nan=True)
@@ -167,9 +167,9 @@ def test_gradients_of_finite_rows_do_not_change_when_another_row_is_infinite():
     y = np.array([1, 3, 0])
     alone, mixed = Tensor(finite.copy(), requires_grad=True), Tensor(
         np.vstack([finite, [[-INF, 0.0, INF, 1.0]]]), requires_grad=True)
-    tr.softmax_loss(alone, y).sum().backward()
+    transformer.softmax_loss(alone, y).sum().backward()
     with np.errstate(invalid="ignore"):
-        tr.softmax_loss(mixed, np.append(y, 1)).sum().backward()
+        transformer.softmax_loss(mixed, np.append(y, 1)).sum().backward()
     np.testing.assert_array_equal(mixed.grad[:3], alone.grad)
     p = np.exp(finite - finite.max(1, keepdims=True))
     np.testing.assert_allclose(alone.grad, p / p.sum(1, keepdims=True) - np.eye(4)[y], rtol=0, atol=1e-15)
@@ -179,27 +179,27 @@ def test_lm_loss_leaves_out_positions_whose_target_is_ignore_index_in_value_and_
     logits = leaf((B, S, V), seed=3)
     targets = np.array([[1, 2, -100], [0, -100, -100]])
     kept = targets != -100
-    loss = tr.lm_loss(logits, targets)
+    loss = transformer.lm_loss(logits, targets)
     loss.backward()
-    per_position = tr.softmax_loss(Tensor(logits.data.reshape(-1, V)), np.where(kept, targets, 0).reshape(-1))
+    per_position = transformer.softmax_loss(Tensor(logits.data.reshape(-1, V)), np.where(kept, targets, 0).reshape(-1))
     assert loss.item() == pytest.approx(per_position.data[kept.reshape(-1)].mean(), rel=1e-15)
     assert (logits.grad[~kept] == 0).all() and (np.abs(logits.grad[kept]).max(axis=-1) > 0).all()
     moved = Tensor(logits.data + np.where(kept, 0.0, 50.0)[..., None])       # padded logits changed
-    assert tr.lm_loss(moved, targets).item() == loss.item()                   # bit-identical
-    check_gradients(lambda: tr.lm_loss(logits, targets, ignore_index=-100), [logits])
-    assert tr.lm_loss(logits, np.where(kept, targets, 4), ignore_index=4).item() == loss.item()  # any id
+    assert transformer.lm_loss(moved, targets).item() == loss.item()                   # bit-identical
+    check_gradients(lambda: transformer.lm_loss(logits, targets, ignore_index=-100), [logits])
+    assert transformer.lm_loss(logits, np.where(kept, targets, 4), ignore_index=4).item() == loss.item()  # any id
     with pytest.raises(ValueError, match="every target is ignore_index=-100"):
-        tr.lm_loss(logits, np.full((B, S), -100))
+        transformer.lm_loss(logits, np.full((B, S), -100))
 
 
 def test_padding_after_the_end_changes_neither_loss_nor_gradients_of_a_causal_model():
-    model = tr.DecoderLM(V, D, H, n_positions=5, n_layers=1, p_dropout=0.0)
+    model = transformer.DecoderLM(V, D, H, n_positions=5, n_layers=1, p_dropout=0.0)
     ids = np.array([[1, 2, 3, 0, 0], [4, 1, 0, 0, 0]])                       # 0 pads the end
     targets = np.array([[2, 3, 4, -100, -100], [1, 2, -100, -100, -100]])
-    tr.lm_loss(model(ids), targets).backward()
+    transformer.lm_loss(model(ids), targets).backward()
     padded = {n: p.grad for n, p in model.named_parameters()}
     model.zero_grad()
-    tr.lm_loss(model(ids[:, :3]), targets[:, :3]).backward()                 # causal: nothing sees the pads
+    transformer.lm_loss(model(ids[:, :3]), targets[:, :3]).backward()                 # causal: nothing sees the pads
     for name, p in model.named_parameters():
         np.testing.assert_allclose(p.grad, padded[name], rtol=1e-12, atol=1e-15, err_msg=name)
     assert (padded["position_embeddings.weights"][3:] == 0).all()
@@ -209,7 +209,7 @@ def test_padding_after_the_end_changes_neither_loss_nor_gradients_of_a_causal_mo
 def test_gelu_is_x_sigmoid_2u():
     x = np.linspace(-6, 6, 2001)
     u = math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)
-    ours = tr.gelu(T.tensor(x)).data
+    ours = transformer.gelu(tensor.tensor(x)).data
     assert np.max(np.abs(ours - 0.5 * x * (1 + np.tanh(u)))) <= 1e-12
     theirs = F.gelu(torch.from_numpy(x), approximate="tanh").numpy()
     assert np.max(np.abs(ours - theirs)) <= 1e-12
@@ -217,23 +217,23 @@ def test_gelu_is_x_sigmoid_2u():
 
 def test_inverse_sqrt_from_exp_and_log():
     v = np.logspace(-10, 10, 201)
-    ours = ((T.tensor(v).log() * -0.5).exp()).data   # as LayerNorm writes it
+    ours = ((tensor.tensor(v).log() * -0.5).exp()).data   # as LayerNorm writes it
     assert np.max(np.abs(ours * np.sqrt(v) - 1.0)) <= 1e-12
 
 
 def test_layernorm_matches_formula():
     x = np.random.default_rng(0).standard_normal((B, S, 6)) * 3 + 1
-    ln = randomize_layernorms(tr.LayerNorm(6, eps=1e-5))
+    ln = randomize_layernorms(transformer.LayerNorm(6, eps=1e-5))
     mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)    # biased variance
     expected = (x - mu) / np.sqrt(var + 1e-5) * ln.weights.data + ln.bias.data
-    np.testing.assert_allclose(ln(T.tensor(x)).data, expected, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(ln(tensor.tensor(x)).data, expected, rtol=0, atol=1e-13)
 
 
 # ---- masks -----------------------------------------------------------------------------------------
 def test_causal_mask_and_weights():
-    mask = tr.MultiHeadAttention.create_causal_mask(5).data[0, 0]
-    assert (mask[np.triu_indices(5, 1)] == tr.MASK_VALUE).all() and (mask[np.tril_indices(5)] == 0).all()
-    mha = tr.MultiHeadAttention(D, H, causal=True, p_dropout=0.0)
+    mask = transformer.MultiHeadAttention.create_causal_mask(5).data[0, 0]
+    assert (mask[np.triu_indices(5, 1)] == transformer.MASK_VALUE).all() and (mask[np.tril_indices(5)] == 0).all()
+    mha = transformer.MultiHeadAttention(D, H, causal=True, p_dropout=0.0)
     mha(leaf((B, 5, D)))
     w = mha.last_attention.data                                   # (B, h, S, S)
     assert w.shape == (B, H, 5, 5)
@@ -244,7 +244,7 @@ def test_causal_mask_and_weights():
 
 @pytest.mark.parametrize("j", [0, 2, 4])
 def test_future_token_changes_nothing_before_it(j):
-    model = tr.DecoderLM(V + 3, D, H, n_positions=6, n_layers=2, p_dropout=0.0)
+    model = transformer.DecoderLM(V + 3, D, H, n_positions=6, n_layers=2, p_dropout=0.0)
     ids = np.array([[1, 2, 3, 4, 5, 6], [7, 0, 1, 2, 3, 4]])
     changed = ids.copy()
     changed[:, j] = (changed[:, j] + 1) % (V + 3)
@@ -254,7 +254,7 @@ def test_future_token_changes_nothing_before_it(j):
 
 
 def test_padded_token_changes_nothing_else():
-    layer = tr.TransformerLayer(D, H, p_dropout=0.0, causal=False)
+    layer = transformer.TransformerLayer(D, H, p_dropout=0.0, causal=False)
     pad = np.array([[False, False, False, True, True], [False, True, True, True, True]])
     x = np.random.default_rng(0).standard_normal((B, 5, D))
     x2 = x.copy()
@@ -266,12 +266,12 @@ def test_padded_token_changes_nothing_else():
 
 
 def test_fully_masked_row_has_no_nan():
-    row = T.tensor(np.full((1, 4), tr.MASK_VALUE))                # every entry masked
-    np.testing.assert_array_equal(tr.softmax(row).data, np.full((1, 4), 0.25))   # uniform, exactly
+    row = tensor.tensor(np.full((1, 4), transformer.MASK_VALUE))                # every entry masked
+    np.testing.assert_array_equal(transformer.softmax(row).data, np.full((1, 4), 0.25))   # uniform, exactly
     with np.errstate(invalid="ignore"):                           # what a real -inf would do
         inf_row = np.full(4, -np.inf)
         assert np.isnan(np.exp(inf_row - inf_row.max())).all()
-    mha = tr.MultiHeadAttention(D, H, causal=True, p_dropout=0.0)
+    mha = transformer.MultiHeadAttention(D, H, causal=True, p_dropout=0.0)
     pad = np.array([[True, False, False], [True, True, True]])    # query 0 (and all of batch 1) see only pads
     out = mha(leaf((B, S, D)), pad_mask=pad)
     w = mha.last_attention.data
@@ -281,10 +281,10 @@ def test_fully_masked_row_has_no_nan():
 
 # ---- dropout ---------------------------------------------------------------------------------------
 def test_dropout_eval_is_identity():
-    drop, x = tr.Dropout(0.5), leaf((3, 4))
+    drop, x = transformer.Dropout(0.5), leaf((3, 4))
     drop.eval()
     assert drop(x) is x
-    model = tr.DecoderLM(V, D, H, n_positions=S, n_layers=1, p_dropout=0.5).eval()
+    model = transformer.DecoderLM(V, D, H, n_positions=S, n_layers=1, p_dropout=0.5).eval()
     assert all(not m.training for _, m in model.named_modules())
     ids = np.array([[1, 2, 3]])
     np.testing.assert_array_equal(model(ids).data, model(ids).data)
@@ -292,7 +292,7 @@ def test_dropout_eval_is_identity():
 
 def test_dropout_train_mask_and_scaling():
     p, x = 0.1, Tensor(np.random.default_rng(0).uniform(1, 2, (200, 500)), requires_grad=True)
-    drop = tr.Dropout(p)
+    drop = transformer.Dropout(p)
     y = drop(x)
     mask = drop.last_mask
     assert set(np.unique(mask)) == {0.0, 1 / (1 - p)}
@@ -304,22 +304,22 @@ def test_dropout_train_mask_and_scaling():
     given = np.ones_like(mask) * 2.0
     np.testing.assert_array_equal(drop(x, mask=given).data, x.data * 2.0)   # a supplied mask is used
     with pytest.raises(ValueError, match=r"p_dropout must be in \[0, 1\), got 1.0"):
-        tr.Dropout(1.0)
+        transformer.Dropout(1.0)
 
 
 # ---- positions -------------------------------------------------------------------------------------
 def test_sequence_longer_than_n_positions():
-    model = tr.DecoderLM(V, D, H, n_positions=8, n_layers=1)
+    model = transformer.DecoderLM(V, D, H, n_positions=8, n_layers=1)
     with pytest.raises(ValueError, match=r"sequence length 9 exceeds n_positions=8"):
         model(np.zeros((1, 9), dtype=int))
     assert model(np.zeros((1, 8), dtype=int)).shape == (1, 8, V)
     for positions in ("sinusoidal", "none"):                                 # computed, or none at all
-        model = tr.DecoderLM(V, D, H, n_positions=8, n_layers=1, positions=positions)
+        model = transformer.DecoderLM(V, D, H, n_positions=8, n_layers=1, positions=positions)
         assert model(np.zeros((1, 12), dtype=int)).shape == (1, 12, V)
 
 
 def test_sinusoidal_positions_formula():
-    pe = tr.sinusoidal_positions(50, 8)
+    pe = transformer.sinusoidal_positions(50, 8)
     t, i = 37, 2
     assert pe[t, 2 * i] == math.sin(t / 10000 ** (2 * i / 8))
     assert abs(pe[t, 2 * i + 1] - math.cos(t / 10000 ** (2 * i / 8))) <= 1e-15
@@ -330,11 +330,11 @@ def test_sinusoidal_positions_formula():
 def test_parameter_count():
     d, v, n_pos, layers = 8, 11, 7, 3
     per_layer = 2 * 2 * d + 4 * (d * d + d) + (d * 4 * d + 4 * d) + (4 * d * d + d)
-    model = tr.DecoderLM(v, d, 2, n_positions=n_pos, n_layers=layers)
+    model = transformer.DecoderLM(v, d, 2, n_positions=n_pos, n_layers=layers)
     assert model.num_parameters() == v * d + n_pos * d + layers * per_layer + 2 * d + d * v
-    tied = tr.DecoderLM(v, d, 2, n_positions=n_pos, n_layers=layers, tie_weights=True)
+    tied = transformer.DecoderLM(v, d, 2, n_positions=n_pos, n_layers=layers, tie_weights=True)
     assert model.num_parameters() - tied.num_parameters() == d * v
-    assert len(model.layers) == layers and all(isinstance(m, tr.TransformerLayer) for m in model.layers)
+    assert len(model.layers) == layers and all(isinstance(m, transformer.TransformerLayer) for m in model.layers)
     assert [n for n, _ in model.named_parameters()][:3] == [
         "token_embeddings.weights", "position_embeddings.weights", "layers.0.ln_1.weights"]
 
@@ -342,9 +342,9 @@ def test_parameter_count():
 def test_only_primitives_in_forward_and_backward():
     """Every op a DecoderLM's forward and backward run is one of the 14 primitives; every node of its
     graph was made by one, and the graph's leaves are the model's parameters or constants."""
-    model = tr.DecoderLM(V, D, H, n_positions=S, n_layers=2, p_dropout=0.1, tie_weights=True)
+    model = transformer.DecoderLM(V, D, H, n_positions=S, n_layers=2, p_dropout=0.1, tie_weights=True)
     with count_ops() as counts:
-        loss = tr.lm_loss(model(np.array([[1, 2, 3], [4, 0, 1]])), [[2, 3, 4], [0, 1, 2]])
+        loss = transformer.lm_loss(model(np.array([[1, 2, 3], [4, 0, 1]])), [[2, 3, 4], [0, 1, 2]])
         graph, stack, seen = [], [loss], set()
         while stack:
             node = stack.pop()
@@ -358,7 +358,7 @@ def test_only_primitives_in_forward_and_backward():
     assert {n._op for n in made} <= PRIMITIVES - {"max"}          # max is a constant: never in the graph
     leaves = [n for n in graph if not n._parents]
     assert {id(p) for p in model.parameters()} <= {id(n) for n in leaves}
-    assert all(isinstance(n, tr.Parameter) or not n.requires_grad for n in leaves)
+    assert all(isinstance(n, transformer.Parameter) or not n.requires_grad for n in leaves)
     assert all(p.grad is not None for p in model.parameters())
 
 
@@ -384,7 +384,7 @@ def violations(source: str) -> list:
 
 
 def test_no_handwritten_backward_or_array_arithmetic():
-    assert violations(inspect.getsource(tr)) == []
+    assert violations(inspect.getsource(transformer)) == []
     bad = "class Gelu:\n    def forward(self, x):\n        return Tensor(np.tanh(x.data))\n" \
           "    def backward(self, g):\n        pass\n"
     assert violations(bad) == [".data in forward (line 3)", "defines backward (line 4)"]
@@ -393,71 +393,71 @@ def test_no_handwritten_backward_or_array_arithmetic():
 # ---- bad input ---------------------------------------------------------------------------------------
 def test_errors():
     with pytest.raises(ValueError, match="n_embd=6 is not divisible by n_head=4"):
-        tr.MultiHeadAttention(6, 4)
+        transformer.MultiHeadAttention(6, 4)
     with pytest.raises(ValueError, match=r"Linear\(4, 3\): input's last dimension is 5"):
-        tr.Linear(4, 3)(leaf((2, 5)))
+        transformer.Linear(4, 3)(leaf((2, 5)))
     with pytest.raises(ValueError, match=r"LayerNorm\(4\): input's last dimension is 3"):
-        tr.LayerNorm(4)(leaf((2, 3)))
+        transformer.LayerNorm(4)(leaf((2, 3)))
     with pytest.raises(ValueError, match=r"expected x of shape \(B, S, 4\), got \(3, 4\)"):
-        tr.MultiHeadAttention(4, 2)(leaf((3, 4)))
+        transformer.MultiHeadAttention(4, 2)(leaf((3, 4)))
     with pytest.raises(ValueError, match="causal mask needs as many keys as queries"):
-        tr.MultiHeadAttention(4, 2, causal=True)(leaf((1, 3, 4)), kv=leaf((1, 5, 4)))
+        transformer.MultiHeadAttention(4, 2, causal=True)(leaf((1, 3, 4)), kv=leaf((1, 5, 4)))
     with pytest.raises(ValueError, match=r"pad_mask must have shape \(B, S_k\) = \(1, 3\), got \(1, 4\)"):
-        tr.MultiHeadAttention(4, 2, causal=False)(leaf((1, 3, 4)), pad_mask=np.zeros((1, 4), bool))
+        transformer.MultiHeadAttention(4, 2, causal=False)(leaf((1, 3, 4)), pad_mask=np.zeros((1, 4), bool))
     with pytest.raises(ValueError, match=r"expected logits \(N, C\) and target \(N,\), got \(3, 5\) and \(2,\)"):
-        tr.softmax_loss(leaf((3, 5)), [0, 1])
+        transformer.softmax_loss(leaf((3, 5)), [0, 1])
     with pytest.raises(IndexError, match=r"target ids must lie in 0..4"):
-        tr.softmax_loss(leaf((2, 5)), [0, 5])
+        transformer.softmax_loss(leaf((2, 5)), [0, 5])
     with pytest.raises(ValueError, match="positions must be 'learned', 'sinusoidal' or 'none'"):
-        tr.DecoderLM(V, D, H, n_positions=S, positions="rotary")
+        transformer.DecoderLM(V, D, H, n_positions=S, positions="rotary")
     with pytest.raises(ValueError, match=r"token ids of shape \(B, S\), got \(3,\)"):
-        tr.DecoderLM(V, D, H, n_positions=S)(np.array([1, 2, 3]))
+        transformer.DecoderLM(V, D, H, n_positions=S)(np.array([1, 2, 3]))
     with pytest.raises(IndexError, match="out of range for a table with 5 rows"):
-        tr.DecoderLM(V, D, H, n_positions=S)(np.array([[1, 5]]))
+        transformer.DecoderLM(V, D, H, n_positions=S)(np.array([[1, 5]]))
     with pytest.raises(ValueError, match="d must be even"):
-        tr.sinusoidal_positions(4, 5)
+        transformer.sinusoidal_positions(4, 5)
 
 
 def test_optimizers_refuse_a_learning_rate_that_is_not_positive_and_adam_refuses_bad_betas_or_eps():
-    params = [tr.Parameter(np.zeros(2))]
+    params = [transformer.Parameter(np.zeros(2))]
     for lr in (-0.1, 0.0, float("nan")):
         with pytest.raises(ValueError, match=rf"Adam: lr must be > 0, got {lr}"):
-            tr.Adam(params, lr=lr)
+            transformer.Adam(params, lr=lr)
     with pytest.raises(ValueError, match=r"SGD: lr must be > 0, got -1"):
-        tr.SGD(params, lr=-1)
+        transformer.SGD(params, lr=-1)
     for betas in [(0.9, 1.0), (-0.1, 0.999), (0.9,)]:
         with pytest.raises(ValueError, match=r"Adam: betas must be two numbers in \[0, 1\)"):
-            tr.Adam(params, betas=betas)
+            transformer.Adam(params, betas=betas)
     for eps in (0.0, -1e-8):
         with pytest.raises(ValueError, match=rf"Adam: eps must be > 0, got {eps}"):
-            tr.Adam(params, eps=eps)
-    tr.Adam(params, lr=1e-3, betas=(0.0, 0.0), eps=1e-12).step()           # the edges that are allowed
+            transformer.Adam(params, eps=eps)
+    transformer.Adam(params, lr=1e-3, betas=(0.0, 0.0), eps=1e-12).step()           # the edges that are allowed
 
 
 def test_decoder_lm_refuses_a_negative_layer_count_and_an_empty_vocabulary():
     with pytest.raises(ValueError, match=r"DecoderLM: n_layers must be an integer >= 0, got -1"):
-        tr.DecoderLM(V, D, H, n_positions=S, n_layers=-1)
+        transformer.DecoderLM(V, D, H, n_positions=S, n_layers=-1)
     with pytest.raises(ValueError, match=r"DecoderLM: n_vocab must be an integer >= 1, got 0"):
-        tr.DecoderLM(0, D, H, n_positions=S)
+        transformer.DecoderLM(0, D, H, n_positions=S)
     with pytest.raises(ValueError, match=r"DecoderLM: n_layers must be an integer >= 0, got 2.0"):
-        tr.DecoderLM(V, D, H, n_positions=S, n_layers=2.0)
-    bigram = tr.DecoderLM(V, D, H, n_positions=S, n_layers=0)               # no layers: allowed
+        transformer.DecoderLM(V, D, H, n_positions=S, n_layers=2.0)
+    bigram = transformer.DecoderLM(V, D, H, n_positions=S, n_layers=0)               # no layers: allowed
     assert bigram(np.array([[1, 2]])).shape == (1, 2, V)
 
 
 def test_multi_head_attention_with_zero_heads_says_so_instead_of_dividing_by_zero():
     with pytest.raises(ValueError, match=r"MultiHeadAttention: n_head must be an integer >= 1, got 0"):
-        tr.MultiHeadAttention(8, 0)
+        transformer.MultiHeadAttention(8, 0)
     with pytest.raises(ValueError, match=r"MultiHeadAttention: n_embd must be an integer >= 1, got 0"):
-        tr.MultiHeadAttention(0, 2)
+        transformer.MultiHeadAttention(0, 2)
 
 
 def test_bool_token_ids_are_refused_by_embedding_and_decoder_lm():
     ids = np.array([[True, False, True]])
     with pytest.raises(TypeError, match=r"indices are bool \(a mask\?\); token ids must be integers"):
-        tr.Embedding(V, D)(ids)
+        transformer.Embedding(V, D)(ids)
     with pytest.raises(TypeError, match="token ids must be integers"):
-        tr.DecoderLM(V, D, H, n_positions=S)(ids)
+        transformer.DecoderLM(V, D, H, n_positions=S)(ids)
 
 
 @pytest.mark.parametrize("mask", [np.array([[1, 1, 0], [1, 0, 0]]), [[0, 0, 1], [0, 1, 1]], np.zeros((2, 3))])
@@ -465,29 +465,29 @@ def test_a_pad_mask_of_numbers_is_refused_with_a_message_that_says_which_convent
     """HuggingFace's attention_mask is 1 = keep; ours is True = pad. Numbers are ambiguous, so refused."""
     expected = r"pad_mask must be a bool array with True at padded positions.*attention_mask == 0"
     with pytest.raises(TypeError, match=expected):
-        tr.MultiHeadAttention(D, H, causal=False)(leaf((2, S, D)), pad_mask=mask)
+        transformer.MultiHeadAttention(D, H, causal=False)(leaf((2, S, D)), pad_mask=mask)
     with pytest.raises(TypeError, match=expected):
-        tr.DecoderLM(V, D, H, n_positions=S, n_layers=1)(np.zeros((2, S), dtype=int), pad_mask=mask)
+        transformer.DecoderLM(V, D, H, n_positions=S, n_layers=1)(np.zeros((2, S), dtype=int), pad_mask=mask)
     bools = [[False, False, True], [False, True, True]]                      # a list of bools is fine
-    assert tr.MultiHeadAttention(D, H, causal=False)(leaf((2, S, D)), pad_mask=bools).shape == (2, S, D)
+    assert transformer.MultiHeadAttention(D, H, causal=False)(leaf((2, S, D)), pad_mask=bools).shape == (2, S, D)
 
 
 def test_softmax_loss_with_float_targets_says_targets_must_be_integer_class_ids():
     with pytest.raises(TypeError, match=r"softmax_loss: target must hold integer class ids, got dtype float64"):
-        tr.softmax_loss(leaf((2, 5)), np.array([0.0, 3.0]))
+        transformer.softmax_loss(leaf((2, 5)), np.array([0.0, 3.0]))
     with pytest.raises(TypeError, match="got dtype bool"):
-        tr.softmax_loss(leaf((2, 5)), np.array([True, False]))
-    assert tr.softmax_loss(leaf((0, 5)), []).shape == (0,)                  # [] is float64, but empty
+        transformer.softmax_loss(leaf((2, 5)), np.array([True, False]))
+    assert transformer.softmax_loss(leaf((0, 5)), []).shape == (0,)                  # [] is float64, but empty
 
 
 def test_a_length_0_sequence_gives_empty_logits_as_torch_does():
-    model = tr.DecoderLM(V, D, H, n_positions=S, n_layers=1).eval()
+    model = transformer.DecoderLM(V, D, H, n_positions=S, n_layers=1).eval()
     logits = model(np.zeros((2, 0), dtype=np.int64))
     assert logits.shape == (2, 0, V)
     logits.sum().backward()                                                 # nothing to learn: zero gradients
     assert all((p.grad == 0).all() for p in model.parameters())
-    np.testing.assert_array_equal(tr.logsumexp(T.tensor(np.zeros((3, 0))), dim=1).data[:, 0],
+    np.testing.assert_array_equal(transformer.logsumexp(tensor.tensor(np.zeros((3, 0))), dim=1).data[:, 0],
                                   torch.logsumexp(torch.zeros(3, 0, dtype=torch.float64), dim=1).numpy())
-    assert tr.softmax(T.tensor(np.zeros((3, 0)))).shape == (3, 0)
+    assert transformer.softmax(tensor.tensor(np.zeros((3, 0)))).shape == (3, 0)
     with pytest.raises(ValueError, match="no position to average over"):
-        tr.lm_loss(logits, np.zeros((2, 0), dtype=np.int64))                # F.cross_entropy: nan
+        transformer.lm_loss(logits, np.zeros((2, 0), dtype=np.int64))                # F.cross_entropy: nan

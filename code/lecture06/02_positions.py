@@ -13,7 +13,7 @@ import math
 
 
 import numpy as np
-import transformer as tf
+import transformer
 from tensor import no_grad
 
 D_MODEL = 512   # the paper's base width, used by parts 1-4
@@ -22,14 +22,14 @@ D_MODEL = 512   # the paper's base width, used by parts 1-4
 # ---- Part 1 · §4.2 ------------------------------------------------------------------------------
 def sinusoidal(d: int = D_MODEL, n_positions: int = 2048) -> dict:
     """Wavelengths, the smallest distance between two positions' encodings, nearest neighbours, bounds."""
-    pe = tf.sinusoidal_positions(n_positions, d)                           # (T, d)
-    wavelengths = 2 * math.pi / tf.sinusoidal_frequencies(d)               # (d/2,) positions per turn
+    pe = transformer.sinusoidal_positions(n_positions, d)                           # (T, d)
+    wavelengths = 2 * math.pi / transformer.sinusoidal_frequencies(d)               # (d/2,) positions per turn
     squared = (pe * pe).sum(axis=1)
     dist = np.sqrt(np.maximum(squared[:, None] + squared[None, :] - 2 * pe @ pe.T, 0.0))  # (T, T)
     np.fill_diagonal(dist, np.inf)
     nearest = dist.argmin(axis=1)
     # the distance between PE(t) and PE(t+1) is the same for every t: √(2 Σᵢ (1 − cos ωᵢ))
-    adjacent = math.sqrt(2 * (1 - np.cos(tf.sinusoidal_frequencies(d))).sum())
+    adjacent = math.sqrt(2 * (1 - np.cos(transformer.sinusoidal_frequencies(d))).sum())
     return {"d": d, "n_positions": n_positions, "pe": pe,
             "fastest_wavelength": float(wavelengths[0]), "slowest_wavelength": float(wavelengths[-1]),
             "min_distance": float(dist.min()), "max_nearest_distance": float(dist.min(axis=1).max()),
@@ -71,8 +71,8 @@ def rotation(d: int = D_MODEL, ks=(1, 5, 10, 100), t_rotate: int = 512, t_dot: i
     """PE(t+k) = PE(t) R_k with R_k block-diagonal (one 2×2 rotation by ωᵢk per pair), and
     PE(t)·PE(t+k) = Σᵢ cos(ωᵢk) whatever t: both are rounding-level checks over t < t_rotate / t < t_dot.
     """
-    omega = tf.sinusoidal_frequencies(d)
-    pe = tf.sinusoidal_positions(max(t_rotate, t_dot) + max(ks), d)
+    omega = transformer.sinusoidal_frequencies(d)
+    pe = transformer.sinusoidal_positions(max(t_rotate, t_dot) + max(ks), d)
     rows = []
     for k in ks:
         c, s = np.cos(omega * k), np.sin(omega * k)
@@ -89,10 +89,10 @@ def rotation(d: int = D_MODEL, ks=(1, 5, 10, 100), t_rotate: int = 512, t_dot: i
 
 def dot_curves(d: int = D_MODEL, starts=(0, 100, 1000), max_k: int = 200) -> dict:
     """PE(t)·PE(t+k) against k for a few t, and Σᵢ cos(ωᵢk): the figure of part 2."""
-    pe = tf.sinusoidal_positions(max(starts) + max_k + 1, d)
+    pe = transformer.sinusoidal_positions(max(starts) + max_k + 1, d)
     k = np.arange(max_k + 1)
     return {"k": k, "curves": {t: pe[t + k] @ pe[t] for t in starts},
-            "sum_cos": np.cos(np.outer(k, tf.sinusoidal_frequencies(d))).sum(axis=1)}
+            "sum_cos": np.cos(np.outer(k, transformer.sinusoidal_frequencies(d))).sum(axis=1)}
 
 
 def show_rotation(args):
@@ -126,11 +126,11 @@ def draw_pe_dot(c, figures_dir):
 def learned_limit(n_positions: int = 8, far: int = 9999, seed: int = 0) -> dict:
     """A learned position table has n_positions rows: a longer input is refused. The sinusoidal
     encoding is a formula: it has a value at any t."""
-    tf.set_seed(seed)
+    transformer.set_seed(seed)
     ids = np.random.default_rng(seed).integers(0, 10, (1, n_positions + 1))
     results = {}
     for positions in ("learned", "sinusoidal"):
-        model = tf.DecoderLM(10, 16, 2, n_positions=n_positions, n_layers=1, p_dropout=0.0, positions=positions)
+        model = transformer.DecoderLM(10, 16, 2, n_positions=n_positions, n_layers=1, p_dropout=0.0, positions=positions)
         with no_grad():
             fits = model(ids[:, :n_positions]).shape
             try:
@@ -138,7 +138,7 @@ def learned_limit(n_positions: int = 8, far: int = 9999, seed: int = 0) -> dict:
             except ValueError as e:
                 longer, error = None, str(e)
         results[positions] = {"fits": fits, "longer": longer, "error": error}
-    pe_far = tf.sinusoidal_positions(far + 1, D_MODEL)[far]
+    pe_far = transformer.sinusoidal_positions(far + 1, D_MODEL)[far]
     return {"n_positions": n_positions, "models": results, "far": far, "pe_far": pe_far,
             "pe_far_finite": bool(np.isfinite(pe_far).all()), "pe_far_min": float(pe_far.min()),
             "pe_far_max": float(pe_far.max()), "pe_far_norm": float(np.linalg.norm(pe_far))}
@@ -162,7 +162,7 @@ def show_learned_limit(args):
 def embedding_scale(d: int = D_MODEL, n_positions: int = 2048, seed: int = 0) -> dict:
     """N(0, 1/d) embeddings e, one per position, added to PE(t) with and without the paper's √d factor."""
     rng = np.random.default_rng(seed)
-    pe = tf.sinusoidal_positions(n_positions, d)
+    pe = transformer.sinusoidal_positions(n_positions, d)
     e = rng.standard_normal((n_positions, d)) / math.sqrt(d)
 
     def cosine(a, b):

@@ -20,7 +20,7 @@ from torch import nn
 
 import city_lab
 import city_train
-import transformer as tf
+import transformer
 from tensor import Tensor, no_grad
 from threads import torch_threads
 
@@ -119,7 +119,7 @@ def draw_gradient_gain(r, figures_dir):
 def layer_norm(x: np.ndarray, eps: float = 1e-5) -> np.ndarray:
     """transformer.py's LayerNorm (γ = 1, β = 0) on a plain array."""
     with no_grad():
-        return tf.LayerNorm(x.shape[-1], eps)(Tensor(x)).data
+        return transformer.LayerNorm(x.shape[-1], eps)(Tensor(x)).data
 
 
 def batch_norm(x: np.ndarray, eps: float = 1e-5) -> np.ndarray:

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 import torch_ref
-import transformer as tr
+import transformer
 from threads import torch_threads
 
 THREADS = int(os.environ["OPENBLAS_NUM_THREADS"])  # threads.py's default, or the caller's setting
@@ -38,8 +38,8 @@ SIZES = [  # (B, S, d, h, layers, V)
 
 def build(batch, seq, d, heads, layers, vocab, seed=0):
     """The same model twice (tensor.py and torch_ref, same weights), each with its Adam, and a batch."""
-    tr.set_seed(seed)
-    ours = tr.DecoderLM(vocab, d, heads, n_positions=seq, n_layers=layers, p_dropout=0.1)
+    transformer.set_seed(seed)
+    ours = transformer.DecoderLM(vocab, d, heads, n_positions=seq, n_layers=layers, p_dropout=0.1)
     twin = torch_ref.copy_from(torch_ref.DecoderLM(vocab, d, heads, n_positions=seq, n_layers=layers,
                                                    p_dropout=0.1), ours)
     for module in twin.modules():                 # each side draws its own dropout masks
@@ -52,7 +52,7 @@ def build(batch, seq, d, heads, layers, vocab, seed=0):
 
 def step_ours(model, optimizer, x, y):
     optimizer.zero_grad()
-    loss = tr.lm_loss(model(x), y)
+    loss = transformer.lm_loss(model(x), y)
     loss.backward()
     optimizer.step()
     return loss.item()
@@ -117,7 +117,7 @@ def gemm_runners(gemms, seed: int = 0):
 def bench(size, warmup: int = 2, repeats: int = 7) -> dict:
     """Median seconds per training step, wall-clock and CPU, for both implementations at one size."""
     ours, twin, x, y = build(*size)
-    ours_opt = tr.Adam(ours.parameters(), lr=1e-3)
+    ours_opt = transformer.Adam(ours.parameters(), lr=1e-3)
     twin_opt = torch.optim.Adam(twin.parameters(), lr=1e-3)
     tx, ty = torch.from_numpy(x), torch.from_numpy(y)
     ours_wall, ours_cpu = common.median_time(lambda: step_ours(ours, ours_opt, x, y), repeats, warmup)
@@ -143,7 +143,7 @@ def show_bench(args):
     sizes = SIZES[:1] if args.quick else SIZES
     warmup, repeats = (1, 3) if args.quick else (1, 5)
     common.header(1, "§9", "One training step: tensor.py against PyTorch (float64)")
-    common.table([(*size, f"{tr.DecoderLM(size[5], size[2], size[3], size[1], size[4]).num_parameters():,}",
+    common.table([(*size, f"{transformer.DecoderLM(size[5], size[2], size[3], size[1], size[4]).num_parameters():,}",
                    len(step_gemms(*size)), f"{gemm_flops(step_gemms(*size)) / 1e6:,.1f}")
                   for size in sizes],
                  headers=("B", "S", "d", "h", "layers", "V", "parameters", "GEMMs/step", "GEMM MFLOP/step"))
