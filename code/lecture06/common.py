@@ -130,6 +130,8 @@ def parse_args(doc: str, part_numbers, argv=None):
                         help=f"random seed (default {DEFAULT_SEED})")
     parser.add_argument("--part", type=int, choices=sorted(part_numbers),
                         help="run only this part (default: all)")
+    parser.add_argument("--seeds", type=int, default=3, metavar="N",
+                        help="how many seeds a training claim is measured over: --seed, --seed+1, ... (default 3)")
     parser.add_argument("--quick", action="store_true",
                         help="smaller sizes for a fast check (tests use it); the effects stay, digits move")
     parser.add_argument("--figures", metavar="DIR", default=paths.FIGURES,
