@@ -22,6 +22,7 @@ import common  # first: one BLAS thread before numpy loads, and lecture 5's code
 import functools
 
 import numpy as np
+import threads
 import transformer as T
 import reviews
 from bag_of_words import BagOfWords
@@ -104,6 +105,9 @@ def logits_of(model, data) -> np.ndarray:
 
 
 # ---- Part 1 ----------------------------------------------------------------------------------
+# torch's default is one thread per core; on matrices this small two threads only wait for each other,
+# and on a loaded machine OpenMP's waiting made these 20 steps 6-10x slower (threads.py)
+@threads.torch_threads(1)
 def parity(seed: int = common.DEFAULT_SEED, steps: int = PARITY_STEPS) -> dict:
     """Our model and its torch twin, same init, batches and dropout masks, `steps` Adam steps each."""
     import torch
