@@ -1,5 +1,7 @@
 """Shared test setup: `load_script("01_attention")` imports a numbered script (names start with a digit,
 so no plain import). pytest.ini puts code/lecture06 on the path; `paths` adds lecture 5's code."""
+import threads  # noqa: F401  (first: one BLAS thread, set before any test module loads numpy, as in the scripts)
+
 import importlib.util
 import os
 import sys

@@ -11,17 +11,26 @@ Part 2 · §9.3  accuracy by kind on lecture 5's test set: bag-of-words, the Tra
                positions; each contrast pair's logits differ by rounding only without positions.
 Part 3 · §9.3  attention in "the plot was good but the acting was bad": the weight each position
                receives, averaged over the heads and the 9 queries (the notes: most on position 8).
+Parts 2 and 3 train the Transformers at --seeds seeds (default 3: --seed, --seed+1, --seed+2), print
+the first seed's tables and the spread over the seeds, and count at how many seeds each claim holds. A
+count is marked ⚙ unless every seed decides it, either way, by more than other float kernels move a
+trained model (TIPPING). The seeds' models train in 2 forked processes, one BLAS thread each; Part 3
+reuses Part 2's models.
 PyTorch appears only in Part 1; everything else trains with tensor.py.
-Runtime: about 10 s whole process on an idle 2-core machine (--quick: about 8 s): the training, the
-imports, and torch.optim's first use in Part 1 (it imports torch._dynamo, about 2 s).
+Runtime: about 11 s whole process on an idle 2-core machine (--quick: about 8 s), estimated from CPU time
+on a loaded one (33 s and 23 s user + sys, where the one-seed version took 22 s): six trainings shared by
+2 processes, the imports, and torch.optim's first use in Part 1 (it imports torch._dynamo, about 2 s).
 """
 from __future__ import annotations
 
 import common  # first: one BLAS thread before numpy loads, and lecture 5's code importable
 
 import functools
+import multiprocessing
+import sys
 
 import numpy as np
+import threads
 import transformer as T
 import reviews
 from bag_of_words import BagOfWords
@@ -31,6 +40,13 @@ from tensor import Tensor, no_grad
 N_EMBD, N_HEAD, P_DROPOUT = 32, 4, 0.1
 LR, BATCH_SIZE, STEPS, QUICK_STEPS = 2e-2, 64, 200, 100   # Adam; lr decays linearly to 0
 PARITY_STEPS = 20
+WORKERS = 2                                  # processes that train the seeds' models side by side
+MODELS = {"Transformer, no positions": False, "Transformer, learned positions": True}
+ROUNDING = 1e-12   # float64 rounding through one layer is ~1e-15: a pair difference below this is "equal"
+# Other float kernels (OPENBLAS_CORETYPE=Sandybridge against Haswell) change a model trained 200 steps by up
+# to about 1e-4 in its logits and 1e-5 in its attention weights (rounding, amplified by 200 Adam steps). A claim
+# that every seed decides, either way, by 100 times that prints the same count on any CPU.
+TIPPING = 1e-2
 
 
 class SentimentTransformer(T.Module):
@@ -77,8 +93,7 @@ def adam_step(model, optimizer, data, rows) -> float:
     return loss.item()
 
 
-@functools.lru_cache(maxsize=None)
-def train_transformer(positions: bool, seed: int, steps: int) -> tuple:
+def _train(positions: bool, seed: int, steps: int) -> tuple:
     """Train one SentimentTransformer with our Adam on lecture 5's training set -> (model, losses)."""
     T.set_seed(seed)
     model = SentimentTransformer(positions).train()
@@ -91,11 +106,58 @@ def train_transformer(positions: bool, seed: int, steps: int) -> tuple:
     return model.eval(), losses
 
 
+_trained = {}   # (positions, seed, steps) -> (model, losses): Part 3 reuses Part 2's models, tests reuse both
+
+
+def train_transformer(positions: bool, seed: int, steps: int) -> tuple:
+    """The trained (model, losses) for these settings; each is trained once per process."""
+    key = (positions, seed, steps)
+    if key not in _trained:
+        _trained[key] = _train(*key)
+    return _trained[key]
+
+
+def _train_in_worker(positions: bool, seed: int, steps: int) -> tuple:
+    # a trained model does not pickle (the tensors of its last forward hold their backward closures);
+    # its parameters' arrays do
+    model, losses = _train(positions, seed, steps)
+    return [p.data for p in model.parameters()], losses
+
+
+def train_transformers(runs, workers: int = WORKERS) -> list:
+    """train_transformer(*run) for every run = (positions, seed, steps), training the missing ones in
+    `workers` processes. Every process computes on one BLAS thread (threads.py), so a model trained in a
+    worker is bit-identical to one trained here."""
+    missing = [run for run in dict.fromkeys(runs) if run not in _trained]
+    # fork hands a worker this module as it is, in milliseconds; spawn would re-import the script, which
+    # tests load under another name, so where there is no fork (macOS, Windows) the runs train here.
+    # The workers never touch torch, so Part 1's OpenMP threads in this process cannot hang them.
+    if workers > 1 and len(missing) > 1 and sys.platform.startswith("linux"):
+        with multiprocessing.get_context("fork").Pool(min(workers, len(missing))) as pool:
+            for run, (arrays, losses) in zip(missing, pool.starmap(_train_in_worker, missing, chunksize=1)):
+                model = SentimentTransformer(positions=run[0])
+                for parameter, array in zip(model.parameters(), arrays):
+                    parameter.data = array
+                _trained[run] = (model.eval(), losses)
+    return [train_transformer(*run) for run in runs]
+
+
 @functools.lru_cache(maxsize=None)
 def train_bag_of_words() -> BagOfWords:
+    """Full-batch gradient descent from zero weights: no randomness, so one model serves every seed."""
     model = BagOfWords()
     model.fit(reviews.train_set())
     return model
+
+
+def seeds_of(args) -> list:
+    if args.seeds < 1:
+        raise SystemExit(f"--seeds must be at least 1, got {args.seeds}")
+    return [args.seed + i for i in range(args.seeds)]
+
+
+def steps_of(args) -> int:
+    return QUICK_STEPS if args.quick else STEPS
 
 
 def logits_of(model, data) -> np.ndarray:
@@ -104,6 +166,9 @@ def logits_of(model, data) -> np.ndarray:
 
 
 # ---- Part 1 ----------------------------------------------------------------------------------
+# torch's default is one thread per core; on matrices this small two threads only wait for each other,
+# and on a loaded machine OpenMP's waiting made these 20 steps 6-10x slower (threads.py)
+@threads.torch_threads(1)
 def parity(seed: int = common.DEFAULT_SEED, steps: int = PARITY_STEPS) -> dict:
     """Our model and its torch twin, same init, batches and dropout masks, `steps` Adam steps each."""
     import torch
@@ -163,38 +228,118 @@ def accuracy_by_kind(predictions: np.ndarray, data) -> dict:
             for kind in reviews.KINDS}
 
 
-def accuracy(seed: int = common.DEFAULT_SEED, quick: bool = False) -> dict:
-    """model -> {kind: accuracy on the test set, "pair_difference": max |logits(s) - logits(twin(s))|}."""
-    steps = QUICK_STEPS if quick else STEPS
+def smallest_margin(logits: np.ndarray, data) -> dict:
+    """kind -> min over its sentences of z_label - z_other: > 0 iff every one is right, and by how much;
+    < 0: how far the worst one is wrong."""
+    rows = np.arange(len(data.labels))
+    margin = logits[rows, data.labels] - logits[rows, 1 - data.labels]
+    return {kind: float(margin[data.kinds == kind].min()) for kind in reviews.KINDS}
+
+
+def pair_difference(scores: np.ndarray, data) -> float:
+    """max |scores(s) - scores(twin of s)| over the contrast sentences: ~0 for a model blind to order."""
+    pairs = data.twin >= 0
+    return float(np.abs(scores - scores[data.twin])[pairs].max())
+
+
+def accuracy(seeds=(common.DEFAULT_SEED,), steps: int = STEPS, workers: int = WORKERS) -> dict:
+    """Accuracy by kind on lecture 5's test set, the Transformers trained `steps` Adam steps at each seed.
+
+    Returns {"seeds": seeds, "bag-of-words": {kind: accuracy, "pair_difference": max |Δ score| over the
+    contrast pairs} (no randomness: one model for every seed), for each name in MODELS a list with one
+    such dict per seed (with its "seed", "margin": smallest_margin and "undecided": the smallest |z1 - z0|
+    of a contrast sentence), "claims": each claim's margin at every seed (see accuracy_claims)}.
+    """
+    seeds = list(seeds)
     test = reviews.test_set()
-    pairs = test.twin >= 0
     bag = train_bag_of_words()
-    scores = bag.score(test.ids).data
-    results = {"bag-of-words": dict(accuracy_by_kind(bag.predict(test.ids), test),
-                                    pair_difference=float(np.abs(scores - scores[test.twin])[pairs].max()))}
-    for name, positions in (("Transformer, no positions", False), ("Transformer, learned positions", True)):
-        model, _ = train_transformer(positions, seed, steps)
-        logits = logits_of(model, test)
-        results[name] = dict(accuracy_by_kind(logits.argmax(axis=1), test),
-                             pair_difference=float(np.abs(logits - logits[test.twin])[pairs].max()))
+    results = {"seeds": seeds,
+               "bag-of-words": dict(accuracy_by_kind(bag.predict(test.ids), test),
+                                    pair_difference=pair_difference(bag.score(test.ids).data, test))}
+    runs = [(positions, seed, steps) for positions in MODELS.values() for seed in seeds]
+    trained = dict(zip(runs, train_transformers(runs, workers)))
+    contrast = test.kinds == "contrast"
+    for name, positions in MODELS.items():
+        results[name] = []
+        for seed in seeds:
+            logits = logits_of(trained[positions, seed, steps][0], test)
+            results[name].append(dict(accuracy_by_kind(logits.argmax(axis=1), test), seed=seed,
+                                      pair_difference=pair_difference(logits, test),
+                                      margin=smallest_margin(logits, test),
+                                      undecided=float(np.abs(logits[contrast, 1] - logits[contrast, 0]).min())))
+    results["claims"] = accuracy_claims(results)
     return results
 
 
+def accuracy_claims(r: dict) -> dict:
+    """§9.3's and exercise 12's claims -> their margin at each seed: > 0 where the claim holds, < 0 where
+    it fails; how far from tipping either way."""
+    blind, learned = r["Transformer, no positions"], r["Transformer, learned positions"]
+    # Twins whose logits agree to rounding land on the same side of 0 unless a logit gap is itself at
+    # rounding level, so one of the two is right: exactly 50%, however small the gap is otherwise.
+    return {"blind_pairs_equal": [v["undecided"] if v["pair_difference"] <= ROUNDING and v["contrast"] == 0.5
+                                  else -v["pair_difference"] for v in blind],
+            "blind_negation": [v["margin"]["negation"] for v in blind],
+            "positions_contrast": [v["margin"]["contrast"] for v in learned]}
+
+
+def holds(margins) -> int:
+    return sum(m > 0 for m in margins)
+
+
+def count_line(text: str, margins, tipping: float = TIPPING, notes: str = ""):
+    """"text: k of n seeds". Unmarked only if every seed decides the claim, either way, by more than other
+    float kernels move it (`tipping`): then the count is the same on any CPU."""
+    line = f"{text}: {holds(margins)} of {len(margins)} seeds" + (f"   (notes: {notes})" if notes else "")
+    if min(abs(m) for m in margins) > tipping:
+        common.note(line)
+    else:
+        common.kernel_note(line)
+
+
+def _percent(values) -> str:
+    low, high = min(values), max(values)
+    return f"{100 * low:.1f}%" if low == high else f"{100 * low:.1f}-{100 * high:.1f}%"
+
+
+def _difference(values) -> str:
+    low, high = min(values), max(values)
+    return f"{low:.1e}" if low == high else f"{low:.1e} - {high:.1e}"
+
+
 def show_accuracy(args):
+    seeds, steps = seeds_of(args), steps_of(args)
     with common.stopwatch() as elapsed:
-        r = accuracy(args.seed, args.quick)
+        r = accuracy(seeds, steps)
     test = reviews.test_set()
     counts = {kind: int(np.sum(test.kinds == kind)) for kind in reviews.KINDS}
+    headers = (["model"] + [f"{kind} ({counts[kind]})" for kind in reviews.KINDS]
+               + ["contrast pairs: max |Δ score|"])
+
+    def row(name, results):   # a trained Transformer's digits move with the float kernels: ⚙
+        marked = name if name == "bag-of-words" else f"{common.KERNELS} {name}"
+        return ([marked] + [_percent([v[kind] for v in results]) for kind in reviews.KINDS]
+                + [_difference([v["pair_difference"] for v in results])])
+
     common.header(2, "§9.3", "Lecture 5's test set: accuracy by sentence kind")
-    rows = [[name] + [f"{100 * v[kind]:.1f}%" for kind in reviews.KINDS] + [f"{v['pair_difference']:.1e}"]
-            for name, v in r.items()]
-    common.table(rows, ["model"] + [f"{kind} ({counts[kind]})" for kind in reviews.KINDS]
-                 + ["contrast pairs: max |Δ score|"], disable_numparse=True)
+    print(f"seed {seeds[0]}, the Transformers after {steps} Adam steps:")
+    common.table([row("bag-of-words", [r["bag-of-words"]])] + [row(name, r[name][:1]) for name in MODELS],
+                 headers, disable_numparse=True)
+    if len(seeds) > 1:
+        print(f"\nlowest-highest over {len(seeds)} seeds ({', '.join(map(str, seeds))}) (bag-of-words has no "
+              f"randomness:\nfull-batch gradient descent from zero weights, the same model at every seed):")
+        common.table([row(name, r[name]) for name in MODELS], headers, disable_numparse=True)
+    print()
+    c = r["claims"]
+    count_line("without positions, every contrast pair's logits are equal to rounding (≤ 1e-12), so contrast "
+               "is exactly 50%", c["blind_pairs_equal"], tipping=ROUNDING)
+    count_line("without positions, negation all correct", c["blind_negation"])
+    count_line("with learned positions, contrast all correct", c["positions_contrast"])
     print("A contrast pair has the same words in another order: without positions both sentences get the same\n"
           "scores (to rounding), so exactly one of the two is right: 50%. Bag-of-words gives \"not\" one weight\n"
           "whatever it negates; trained mostly on plain reviews, it reads \"not bad\" as \"bad\".")
-    common.timing(f"training (bag-of-words + 2 Transformers, {QUICK_STEPS if args.quick else STEPS} Adam steps "
-                  f"each): {elapsed():.1f} s")
+    common.timing(f"training (bag-of-words + {len(MODELS) * len(seeds)} Transformers, {steps} Adam steps each, "
+                  f"in {WORKERS} processes): {elapsed():.1f} s")
     draw_accuracy(r, args.figures)
 
 
@@ -202,55 +347,114 @@ def draw_accuracy(r: dict, figures_dir):
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(7, 3.6))
     width = 0.26
-    for i, (name, v) in enumerate(r.items()):
+    models = {"bag-of-words": [r["bag-of-words"]], **{name: r[name] for name in MODELS}}
+    for i, (name, results) in enumerate(models.items()):
         x = np.arange(len(reviews.KINDS)) + (i - 1) * width
-        bars = ax.bar(x, [100 * v[kind] for kind in reviews.KINDS], width, label=name)
+        values = np.array([[100 * v[kind] for kind in reviews.KINDS] for v in results])   # (seeds, kinds)
+        mean = values.mean(axis=0)
+        bars = ax.bar(x, mean, width, label=name, yerr=[mean - values.min(axis=0), values.max(axis=0) - mean],
+                      capsize=2, error_kw={"lw": 0.8})
         ax.bar_label(bars, fmt="%.0f", fontsize=8)
     ax.axhline(50, color="grey", lw=0.8, ls="--")
     ax.set_xticks(np.arange(len(reviews.KINDS)), reviews.KINDS)
     ax.set_ylabel("test accuracy (%)")
     ax.set_ylim(0, 115)
-    ax.set_title("Lecture 5's test set: who reads negation and contrast")
+    seeds = r["seeds"]
+    ax.set_title(f"Lecture 5's test set: who reads negation and contrast\n(Transformers: mean over {len(seeds)} "
+                 f"seed{'s' if len(seeds) > 1 else ''}, whiskers lowest-highest)", fontsize=10)
     ax.legend(fontsize=8, loc="upper center", ncol=3, bbox_to_anchor=(0.5, -0.1))
     common.save_figure(fig, "07_accuracy", figures_dir)
 
 
 # ---- Part 3 ----------------------------------------------------------------------------------
-def attention(seed: int = common.DEFAULT_SEED, quick: bool = False, sentence: str = reviews.NOTES_SENTENCE) -> dict:
-    """Attention of the trained with-positions model on `sentence`.
+DECIDING, BUT = 8, 4   # in a contrast sentence: the adjective after "but" (it decides the label), and "but"
+
+
+def attention(seed: int = common.DEFAULT_SEED, steps: int = STEPS, sentence: str = reviews.NOTES_SENTENCE) -> dict:
+    """Attention of the with-positions model trained `steps` Adam steps at `seed`, on `sentence`.
 
     Returns: words; weights (h, S, S) for that sentence; received (S,) the weight each position
     receives, averaged over the heads and over the (non-pad) queries; argmax and order of `received`.
     """
-    model, _ = train_transformer(True, seed, QUICK_STEPS if quick else STEPS)
+    model, _ = train_transformer(True, seed, steps)
     ids, pad_mask = reviews.encode([sentence])
     with no_grad():
         logits = model(ids, pad_mask).data[0]
     n_words = len(sentence.split())
     weights = model.layer.attention.last_attention.data[0][:, :n_words, :n_words]   # (h, S, S)
     received = weights.mean(axis=(0, 1))
-    return {"words": sentence.split(), "weights": weights, "received": received,
+    return {"seed": seed, "words": sentence.split(), "weights": weights, "received": received,
             "argmax": int(received.argmax()), "order": [int(i) for i in np.argsort(-received)],
-            "prediction": int(logits.argmax()), "label": reviews.label_of(sentence)}
+            "prediction": int(logits.argmax()), "label": reviews.label_of(sentence),
+            "logit_margin": float(logits[reviews.label_of(sentence)] - logits[1 - reviews.label_of(sentence)])}
+
+
+def attention_over_seeds(seeds=(common.DEFAULT_SEED,), steps: int = STEPS, sentence: str = reviews.NOTES_SENTENCE,
+                         workers: int = WORKERS) -> dict:
+    """attention() at every seed -> {"seeds", "per_seed": [one attention() per seed], "claims": the margin
+    at each seed (> 0 where it holds) by which position 8 receives the most, "but" (position 4) the
+    second most, the prediction is right}."""
+    seeds = list(seeds)
+    train_transformers([(True, seed, steps) for seed in seeds], workers)
+    per_seed = [attention(seed, steps, sentence) for seed in seeds]
+    return {"seeds": seeds, "per_seed": per_seed,
+            "claims": {"most_on_deciding": [most_margin(r["received"], DECIDING) for r in per_seed],
+                       "but_second": [second_margin(r["received"], BUT) for r in per_seed],
+                       "correct": [r["logit_margin"] for r in per_seed]}}
+
+
+def most_margin(received: np.ndarray, i: int) -> float:
+    """How much more position i receives than any other (< 0: how much less than the most)."""
+    return float(received[i] - np.delete(received, i).max())
+
+
+def second_margin(received: np.ndarray, i: int) -> float:
+    """> 0: position i is second, by the smaller of its gaps to the first and the third; < 0: minus its
+    gap to whatever is second."""
+    order = np.argsort(-received)
+    if order[1] == i:
+        return float(min(received[order[0]] - received[i], received[i] - received[order[2]]))
+    return -float(abs(received[order[1]] - received[i]))
 
 
 def show_attention(args):
-    r = attention(args.seed, args.quick)
+    seeds, steps = seeds_of(args), steps_of(args)
+    s = attention_over_seeds(seeds, steps)
+    r = s["per_seed"][0]
     common.header(3, "§9.3", f"What the model with positions attends to in \"{reviews.NOTES_SENTENCE}\"")
+    print(f"seed {seeds[0]}, after {steps} Adam steps:")
     rows = [(i, w, r["received"][i], *(r["weights"][:, :, i].mean(axis=1))) for i, w in enumerate(r["words"])]
     heads = [f"head {h}" for h in range(r["weights"].shape[0])]
     common.table(rows, ["position", "word", "weight received (mean over heads, queries)"] + heads,
-                 floatfmt=".3f")
-    first, second = r["order"][:2]
-    print(f"most attention: position {first} ({r['words'][first]!r}), then position {second} "
-          f"({r['words'][second]!r})   (notes: position 8, then 'but')")
+                 floatfmt=".3f", kernel_dependent=True)
     name = ("negative", "positive")
-    print(f"predicted: {name[r['prediction']]} (label: {name[r['label']]})")
-    draw_attention(r, args.figures)
+
+    def ranked(result, k):
+        i = result["order"][k]
+        return f"{i} {result['words'][i]!r} ({result['received'][i]:.3f})"
+
+    def place(result, i):
+        rank = result["order"].index(i) + 1
+        return f"{rank}{ {1: 'st', 2: 'nd', 3: 'rd'}.get(rank, 'th')} ({result['received'][i]:.3f})"
+
+    if len(seeds) > 1:
+        print(f"\nat each of {len(seeds)} seeds:")
+        # the headers are wider than any cell, so that the unmarked header lines keep their width on any CPU
+        common.table([[result["seed"], ranked(result, 0), ranked(result, 1), ranked(result, 2),
+                       place(result, BUT), name[result["prediction"]]] for result in s["per_seed"]],
+                     ["seed", "most attention (weight)", "second most (weight)", "third most (weight)",
+                      "'but' comes (weight)", "predicted as"], disable_numparse=True, kernel_dependent=True)
+    c = s["claims"]
+    count_line(f"position {DECIDING} ('bad', the adjective after 'but') gets the most attention",
+               c["most_on_deciding"], notes="position 8")
+    count_line(f"position {BUT} ('but') gets the second most", c["but_second"], notes="then 'but'")
+    count_line(f"predicted {name[r['label']]}, the label", c["correct"])
+    draw_attention(s, args.figures)
 
 
-def draw_attention(r: dict, figures_dir):
+def draw_attention(s: dict, figures_dir):
     import matplotlib.pyplot as plt
+    r = s["per_seed"][0]
     words = [f"{i} {w}" for i, w in enumerate(r["words"])]
     fig, (ax, bar) = plt.subplots(1, 2, figsize=(10, 4), gridspec_kw={"width_ratios": [1.2, 1]},
                                   layout="constrained")
@@ -259,11 +463,16 @@ def draw_attention(r: dict, figures_dir):
     ax.set_yticks(range(len(words)), words)
     ax.set_xlabel("key (attended to)")
     ax.set_ylabel("query")
-    ax.set_title("attention weights, mean over heads")
+    ax.set_title(f"attention weights at seed {r['seed']}, mean over heads")
     fig.colorbar(image, ax=ax, fraction=0.046)
-    bar.bar(range(len(words)), r["received"], color=["C3" if i == r["argmax"] else "C0" for i in range(len(words))])
+    bar.bar(range(len(words)), r["received"], color=["C3" if i == r["argmax"] else "C0" for i in range(len(words))],
+            label=f"seed {r['seed']}")
+    others = s["per_seed"][1:]
+    for j, other in enumerate(others):
+        bar.plot(range(len(words)), other["received"], "k.", ms=5, label="other seeds" if j == 0 else None)
     bar.set_xticks(range(len(words)), words, rotation=60, ha="right")
     bar.set_title("weight received, mean over heads and queries")
+    bar.legend(fontsize=8)
     fig.suptitle(f"\"{' '.join(r['words'])}\": the Transformer with learned positions")
     common.save_figure(fig, "07_attention", figures_dir)
 
