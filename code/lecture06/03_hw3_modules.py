@@ -95,6 +95,7 @@ def _input_of(t: Tensor) -> Tensor:
 
 def head_shapes(B: int = 2, S: int = 5, D: int = 12, h: int = 3, seed: int = 0) -> dict:
     """Every step of transformer.MultiHeadAttention's forward, with shapes and strides (in elements)."""
+    transformer.set_seed(seed)  # the weights too, not only the inputs
     mha = transformer.MultiHeadAttention(D, h, causal=True, p_dropout=0.0)
     x = Tensor(np.random.default_rng(seed).standard_normal((B, S, D)))
     q, kT, v = mha.project_to_query_key_value(x)
@@ -147,10 +148,11 @@ def matmul_flops(out: Tensor) -> int:
     return flops
 
 
-def heads_cost(B: int = 2, S: int = 5, D: int = 12, heads=(1, 3, 4, 12)) -> list[dict]:
+def heads_cost(B: int = 2, S: int = 5, D: int = 12, heads=(1, 3, 4, 12), seed: int = 0) -> list[dict]:
     """Parameters and matmul FLOPs of one attention forward for several head counts."""
+    transformer.set_seed(seed)  # the weights too, not only the inputs
     rows = []
-    x = Tensor(np.random.default_rng(0).standard_normal((B, S, D)))
+    x = Tensor(np.random.default_rng(seed).standard_normal((B, S, D)))
     for h in heads:
         mha = transformer.MultiHeadAttention(D, h, p_dropout=0.0)
         with tensor.count_ops() as counts:
@@ -162,7 +164,7 @@ def heads_cost(B: int = 2, S: int = 5, D: int = 12, heads=(1, 3, 4, 12)) -> list
 
 
 def show_head_shapes(args):
-    r = head_shapes()
+    r = head_shapes(seed=args.seed)
     B, S, D, h = r["B"], r["S"], r["D"], r["h"]
     common.header(3, "§3.2", f"Shapes in multi-head attention, B = {B}, S = {S}, D = {D}, h = {h} (Dh = {D // h})")
     common.table([[s["code"], s["what"], s["shape"], s["strides"], "yes" if s["contiguous"] else "NO", s["storage"]]
@@ -174,13 +176,13 @@ def show_head_shapes(args):
     ops = r["layout_ops"]
     print(f"one forward makes {ops['view']} views and {ops['permute']} permutes (no copies) "
           f"and {ops['contiguous']} contiguous() (the one copy)")
-    ex = head_shapes(B=4, S=10, D=64, h=8)  # exercise 3 of the notes
+    ex = head_shapes(B=4, S=10, D=64, h=8, seed=args.seed)  # exercise 3 of the notes
     shapes = {s["code"]: s["shape"] for s in ex["rows"]}
     print(f"exercise 3 (B = 4, S = 10, D = 64, h = 8): q {shapes['.permute(0, 2, 1, 3) = q']}, "
           f"kT {shapes['kT']}, scores {shapes['q @ kT (scores)']}, output {shapes['weights @ v']} "
           f"→ {shapes['.view(B, S, D)']}")
     print()
-    rows = heads_cost(B, S, D)
+    rows = heads_cost(B, S, D, seed=args.seed)
     common.table([[c["h"], c["Dh"], f"{c['params']:,}", f"{c['params_formula']:,}", c["matmuls"],
                    f"{c['flops']:,}", f"{c['flops_formula']:,}"] for c in rows],
                  headers=["h", "Dh", "parameters", "4D² + 4D", "matmul calls",
@@ -193,6 +195,7 @@ def parity(B: int = 2, S: int = 6, D: int = 16, h: int = 4, n_vocab: int = 23, n
            p_dropout: float = 0.1, seed: int = 0) -> list[dict]:
     """Ours and torch_ref's twin, same parameters and dropout masks, train mode: max |difference| of the
     output, of the input's gradient and of every parameter's gradient."""
+    transformer.set_seed(seed)  # the weights too, not only the inputs
     rng = np.random.default_rng(seed)
     modules = [("attention", "MultiHeadAttention", dict(n_embd=D, n_head=h)),
                ("FFN", "FeedForward", dict(n_embd=D)),
@@ -228,7 +231,7 @@ def parity(B: int = 2, S: int = 6, D: int = 16, h: int = 4, n_vocab: int = 23, n
 
 
 def show_parity(args):
-    results = parity()
+    results = parity(seed=args.seed)
     common.header(4, "§9.2", "Parity with torch_ref.py (float64, train mode, dropout p = 0.1, same masks)")
     common.table([[r["module"], f"{r['n_params']:,}", r["n_tensors"], r["dropouts"], f"{r['output_diff']:.1e}",
                    f"{r['max_grad_diff']:.1e}"] for r in results],
@@ -246,10 +249,12 @@ KINDS = ["matmul", "add", "sub", "mul", "neg", "exp", "log", "sigmoid", "relu", 
 LAYOUT_ONLY = ("view", "permute")  # change strides only: no kernel, no memory traffic
 
 
-def op_counts(B: int = 2, S: int = 5, D: int = 12, h: int = 3, n_vocab: int = 20, n_layers: int = 2) -> dict:
+def op_counts(B: int = 2, S: int = 5, D: int = 12, h: int = 3, n_vocab: int = 20, n_layers: int = 2,
+              seed: int = 0) -> dict:
     """Counter of tensor.py primitives per module forward (eval mode: dropout adds nothing) and per
     composite function; plus the Pre-LN layer in train mode (one mul per dropout)."""
-    x = Tensor(np.random.default_rng(0).standard_normal((B, S, D)))
+    transformer.set_seed(seed)  # the weights too, not only the inputs
+    x = Tensor(np.random.default_rng(seed).standard_normal((B, S, D)))
     ids = np.zeros((B, S), dtype=np.int64)
     modules = [("Linear", transformer.Linear(D, D), x),
                ("LayerNorm", transformer.LayerNorm(D), x),
@@ -280,7 +285,7 @@ def _kinds_used(counters) -> list[str]:
 
 
 def show_op_counts(args):
-    r = op_counts()
+    r = op_counts(seed=args.seed)
     common.header(5, "§8.4", "Primitive operations per forward (tensor.py's counter; eval mode, so dropout adds none)")
     rows = dict(r["modules"], **{f"{k}()": v for k, v in r["functions"].items()})
     kinds = _kinds_used(rows.values())
@@ -389,6 +394,7 @@ def encoder_decoder_shapes(B: int = 2, S_src: int = 5, S_tgt: int = 6, D: int = 
                            n_vocab: int = 11, seed: int = 0) -> dict:
     """One encoder layer and one decoder layer (Post-LN, eval mode), source row 1 padded at its last two
     positions: the shape of every tensor the forward makes, recorded from the calls themselves."""
+    transformer.set_seed(seed)  # the weights too, not only the inputs
     model = transformer.EncoderDecoder(n_vocab, D, h, n_layers=1, n_positions=max(S_src, S_tgt), p_dropout=0.0)
     enc, dec = model.encoder_layers[0], model.decoder_layers[0]
     log = {}
@@ -436,6 +442,7 @@ def torch_nn_parity(B: int = 3, S_src: int = 5, S_tgt: int = 7, D: int = 16, h: 
     """Our EncoderDecoder against PyTorch's own torch.nn.Transformer (in torch_ref.TorchNNEncoderDecoder,
     the same weights copied in), float64, no dropout, padded source and target: max |difference| of the
     logits and of every parameter's gradient, Post-LN (the paper) and Pre-LN."""
+    transformer.set_seed(seed)  # the weights too, not only the inputs
     rng = np.random.default_rng(seed)
     src, tgt = rng.integers(0, n_vocab, (B, S_src)), rng.integers(0, n_vocab, (B, S_tgt))
     src_pad, tgt_pad = np.zeros((B, S_src), dtype=bool), np.zeros((B, S_tgt), dtype=bool)
@@ -478,7 +485,7 @@ def show_encoder_decoder(args):
                 f"({'equal' if r['from_02'] == r['total'] else 'NOT equal'}); the model holds {r['tables']} "
                 f"V × d table, used as source embedding, target embedding and output layer.")
 
-    s = encoder_decoder_shapes()
+    s = encoder_decoder_shapes(seed=args.seed)
     print()
     common.note(f"One encoder layer and one decoder layer, B = {s['B']}, S_src = {s['S_src']}, S_tgt = {s['S_tgt']}, "
                 f"D = {s['D']}, h = {s['h']} (Dh = {s['D'] // s['h']}), d_ff = {s['d_ff']}, V = {s['n_vocab']}; "
@@ -489,7 +496,7 @@ def show_encoder_decoder(args):
                 f"Cross-attention: on a padded source position at most {s['cross_padded_max']:.1f}; every other "
                 f"entry > 0 (smallest {s['cross_visible_min']:.2g}): no causal mask, the whole source is visible.")
 
-    results = torch_nn_parity()
+    results = torch_nn_parity(seed=args.seed)
     print()
     common.note("Against PyTorch's own torch.nn.Transformer (the same weights copied in; float64, no dropout, "
                 "padded source and target):")

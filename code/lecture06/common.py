@@ -160,13 +160,11 @@ def parse_args(doc: str, part_numbers, argv=None):
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seed", type=_seed, default=DEFAULT_SEED,
                         help=f"random seed (default {DEFAULT_SEED})")
-    parser.add_argument("--seeds", type=int,
+    parser.add_argument("--seeds", type=int, metavar="N",
                         help="how many seeds (--seed, --seed + 1, ...) each training claim is measured over "
                              "(default 3; 1 with --quick)")
     parser.add_argument("--part", type=int, choices=sorted(part_numbers),
                         help="run only this part (default: all)")
-    parser.add_argument("--seeds", type=int, default=3, metavar="N",
-                        help="how many seeds a training claim is measured over: --seed, --seed+1, ... (default 3)")
     parser.add_argument("--quick", action="store_true",
                         help="smaller sizes and one seed, for a fast check (tests use it). "
                              "Draws no figures unless --figures is given, so the committed full-size ones stay")
