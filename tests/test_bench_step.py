@@ -7,6 +7,7 @@ import numpy as np
 
 import common
 import transformer
+import tensor
 from conftest import load_script
 
 bench = load_script("bench_step")
@@ -22,18 +23,14 @@ def test_build_gives_the_same_model_twice():
 
 def _forward_products(out) -> Counter:
     """(batch entries, M, K, N) of every matmul in the autodiff graph of out."""
-    products, stack, seen = Counter(), [out], set()
-    while stack:
-        t = stack.pop()
-        if id(t) not in seen:
-            seen.add(id(t))
-            if t._op == "matmul":
-                left, right = t._parents
-                if right.ndim == 2:   # (..., M, K) @ (K, N): one product over all rows
-                    products[1, math.prod(left.shape[:-1]), left.shape[-1], right.shape[-1]] += 1
-                else:
-                    products[math.prod(t.shape[:-2]), left.shape[-2], left.shape[-1], right.shape[-1]] += 1
-            stack.extend(t._parents)
+    products = Counter()
+    for t in tensor.graph(out):
+        if t._op == "matmul":
+            left, right = t._parents
+            if right.ndim == 2:   # (..., M, K) @ (K, N): one product over all rows
+                products[1, math.prod(left.shape[:-1]), left.shape[-1], right.shape[-1]] += 1
+            else:
+                products[math.prod(t.shape[:-2]), left.shape[-2], left.shape[-1], right.shape[-1]] += 1
     return products
 
 

@@ -386,3 +386,15 @@ def test_zero_dimensional_tensors(op):
          "sub": lambda: 1.0 - x, "div": lambda: x / (x * x)}[op]
     assert isinstance(f().data, np.ndarray)
     check_gradients(f, [x])
+
+
+def test_graph_lists_every_tensor_once_after_the_tensors_it_was_made_from():
+    x = tensor.Tensor(np.ones(3), requires_grad=True)
+    c = tensor.Tensor(np.full(3, 2.0))                  # a constant: in the graph, not followed for gradients
+    y = x * c
+    z = (y + y.exp()).sum()
+    order = tensor.graph(z)
+    assert len(order) == len({id(t) for t in order}) == 6 and order[-1] is z
+    position = {id(t): i for i, t in enumerate(order)}
+    assert all(position[id(p)] < position[id(t)] for t in order for p in t._parents)
+    assert [t for t in tensor.graph(z, only_grad=True) if not t.requires_grad] == []

@@ -345,13 +345,7 @@ def test_only_primitives_in_forward_and_backward():
     model = transformer.DecoderLM(V, D, H, n_positions=S, n_layers=2, p_dropout=0.1, tie_weights=True)
     with count_ops() as counts:
         loss = transformer.lm_loss(model(np.array([[1, 2, 3], [4, 0, 1]])), [[2, 3, 4], [0, 1, 2]])
-        graph, stack, seen = [], [loss], set()
-        while stack:
-            node = stack.pop()
-            if id(node) not in seen:
-                seen.add(id(node))
-                graph.append(node)
-                stack.extend(node._parents)
+        graph = tensor.graph(loss)
         loss.backward()
     assert set(counts) <= PRIMITIVES
     made = [n for n in graph if n._parents]

@@ -393,22 +393,12 @@ class Tensor:
         if grad.shape != self.shape:
             raise ValueError(f"backward: grad has shape {grad.shape} but the output has shape {self.shape}")
 
-        order, visited, stack = [], set(), [(self, False)]
-        while stack:  # iterative post-order DFS: deep graphs never hit the recursion limit
-            node, children_done = stack.pop()
-            if children_done:
-                order.append(node)
-                continue
-            if id(node) in visited:
-                continue
-            if node._backward is _released:  # checked before any gradient is touched
-                raise RuntimeError("backward: this graph has already been backpropagated through, and its "
-                                   "backward closures released; doing it again would add the same gradients "
-                                   "a second time. Call the first backward(retain_graph=True) to go through "
-                                   "the graph twice, or run the forward pass again")
-            visited.add(id(node))
-            stack.append((node, True))
-            stack.extend((p, False) for p in node._parents if p.requires_grad and id(p) not in visited)
+        order = graph(self, only_grad=True)
+        if any(node._backward is _released for node in order):  # checked before any gradient is touched
+            raise RuntimeError("backward: this graph has already been backpropagated through, and its "
+                               "backward closures released; doing it again would add the same gradients "
+                               "a second time. Call the first backward(retain_graph=True) to go through "
+                               "the graph twice, or run the forward pass again")
 
         self._accumulate(grad)
         for node in reversed(order):
@@ -421,6 +411,24 @@ class Tensor:
                 node.grad = None  # free intermediates' gradients
             if not retain_graph:
                 node._backward = _released
+
+
+def graph(root: Tensor, only_grad: bool = False) -> list:
+    """Every tensor `root` was computed from, root included, each once, in topological order: a tensor comes
+    after the tensors it was made from. only_grad=True follows only tensors that require a gradient (what
+    backward() visits). One walk for backward() and for anyone who reads the graph (FLOP counts, tests)."""
+    order, visited, stack = [], set(), [(root, False)]
+    while stack:  # iterative post-order DFS: deep graphs never hit the recursion limit
+        node, parents_done = stack.pop()
+        if parents_done:
+            order.append(node)
+            continue
+        if id(node) in visited:
+            continue
+        visited.add(id(node))
+        stack.append((node, True))
+        stack.extend((p, False) for p in node._parents if (p.requires_grad or not only_grad) and id(p) not in visited)
+    return order
 
 
 def tensor(data, requires_grad: bool = False) -> Tensor:

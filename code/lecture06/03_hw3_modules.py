@@ -137,15 +137,8 @@ def head_shapes(B: int = 2, S: int = 5, D: int = 12, h: int = 3, seed: int = 0) 
 
 def matmul_flops(out: Tensor) -> int:
     """2·M·N·K (one multiply-add = 2 FLOPs) summed over every matmul in out's autodiff graph."""
-    flops, stack, seen = 0, [out], set()
-    while stack:
-        t = stack.pop()
-        if id(t) not in seen:
-            seen.add(id(t))
-            if t._op == "matmul":  # output (..., M, N), left input (..., M, K)
-                flops += 2 * t.data.size * t._parents[0].shape[-1]
-            stack.extend(t._parents)
-    return flops
+    # output (..., M, N), left input (..., M, K)
+    return sum(2 * t.data.size * t._parents[0].shape[-1] for t in tensor.graph(out) if t._op == "matmul")
 
 
 def heads_cost(B: int = 2, S: int = 5, D: int = 12, heads=(1, 3, 4, 12), seed: int = 0) -> list[dict]:

@@ -31,7 +31,7 @@ import sys
 
 import numpy as np
 import threads
-import transformer as T
+import transformer
 import reviews
 from bag_of_words import BagOfWords
 from tensor import Tensor, no_grad
@@ -49,17 +49,17 @@ ROUNDING = 1e-12   # float64 rounding through one layer is ~1e-15: a pair differ
 TIPPING = 1e-2
 
 
-class SentimentTransformer(T.Module):
+class SentimentTransformer(transformer.Module):
     """embedding (+ positions) -> dropout -> one bidirectional layer -> ln -> masked mean -> classifier."""
 
     def __init__(self, positions: bool, n_vocab: int = len(reviews.VOCAB), n_embd: int = N_EMBD,
                  n_head: int = N_HEAD, n_positions: int = reviews.MAX_LEN, p_dropout: float = P_DROPOUT):
-        self.token_embeddings = T.Embedding(n_vocab, n_embd)
-        self.position_embeddings = T.Embedding(n_positions, n_embd) if positions else None
-        self.dropout = T.Dropout(p_dropout)
-        self.layer = T.TransformerLayer(n_embd, n_head, p_dropout, causal=False)
-        self.ln = T.LayerNorm(n_embd)
-        self.classifier = T.Linear(n_embd, 2)
+        self.token_embeddings = transformer.Embedding(n_vocab, n_embd)
+        self.position_embeddings = transformer.Embedding(n_positions, n_embd) if positions else None
+        self.dropout = transformer.Dropout(p_dropout)
+        self.layer = transformer.TransformerLayer(n_embd, n_head, p_dropout, causal=False)
+        self.ln = transformer.LayerNorm(n_embd)
+        self.classifier = transformer.Linear(n_embd, 2)
 
     def forward(self, ids, pad_mask) -> Tensor:
         """
@@ -86,7 +86,7 @@ def batch_order(n_examples: int, steps: int, seed: int) -> list:
 
 def adam_step(model, optimizer, data, rows) -> float:
     logits = model(data.ids[rows], data.pad_mask[rows])
-    loss = T.softmax_loss(logits, data.labels[rows]).mean()
+    loss = transformer.softmax_loss(logits, data.labels[rows]).mean()
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
@@ -95,10 +95,10 @@ def adam_step(model, optimizer, data, rows) -> float:
 
 def _train(positions: bool, seed: int, steps: int) -> tuple:
     """Train one SentimentTransformer with our Adam on lecture 5's training set -> (model, losses)."""
-    T.set_seed(seed)
+    transformer.set_seed(seed)
     model = SentimentTransformer(positions).train()
     data = reviews.train_set()
-    optimizer = T.Adam(model.parameters(), lr=LR)
+    optimizer = transformer.Adam(model.parameters(), lr=LR)
     losses = []
     for step, rows in enumerate(batch_order(len(data), steps, seed)):
         optimizer.lr = LR * (1 - step / steps)   # linear decay: the last steps settle instead of jumping
@@ -194,11 +194,11 @@ def parity(seed: int = common.DEFAULT_SEED, steps: int = PARITY_STEPS) -> dict:
             x = self.ln(self.layer(self.dropout(x), pad_mask=pad_mask))
             return self.classifier((x * (keep / keep.sum(1, keepdim=True))[:, :, None]).sum(1))
 
-    T.set_seed(seed)
+    transformer.set_seed(seed)
     ours = SentimentTransformer(positions=True).train()
     twin = TorchSentimentTransformer(ours)
     data = reviews.train_set()
-    optimizer = T.Adam(ours.parameters(), lr=LR)
+    optimizer = transformer.Adam(ours.parameters(), lr=LR)
     torch_optimizer = torch.optim.Adam(twin.parameters(), lr=LR)
     ours_losses, torch_losses = [], []
     for rows in batch_order(len(data), steps, seed):
