@@ -25,10 +25,11 @@ def script_id(path: str) -> str:
     return os.path.basename(path)[:2]
 
 
-def run_quick(path: str, seed: int = 0, env: dict | None = None) -> str:
-    """The script's stdout from `--quick --no-figures --seed SEED`, run from a foreign directory, with
-    `env` added to the environment (e.g. other float kernels: ATEN_CPU_CAPABILITY=default)."""
-    result = subprocess.run([sys.executable, path, "--quick", "--no-figures", "--seed", str(seed)],
+def run_quick(path: str, seed: int = 0, env: dict | None = None, part: int | None = None) -> str:
+    """The script's stdout from `--quick --no-figures --seed SEED [--part PART]`, run from a foreign
+    directory, with `env` added to the environment (e.g. other float kernels: ATEN_CPU_CAPABILITY=default)."""
+    result = subprocess.run([sys.executable, path, "--quick", "--no-figures", "--seed", str(seed)]
+                            + ([] if part is None else ["--part", str(part)]),
                             capture_output=True, text=True, cwd="/", timeout=300, env={**os.environ, **(env or {})})
     if result.returncode != 0:
         raise RuntimeError(f"{os.path.basename(path)} failed (exit {result.returncode}):\n{result.stderr[-3000:]}")
@@ -60,6 +61,17 @@ def normalise(text: str) -> str:
         line = NUMBER.sub(_round, line)
         lines.append(re.sub(r"[ \t]+", " ", line).rstrip())
     return "\n".join(lines) + "\n"
+
+
+def section(text: str, part: int) -> list[str]:
+    """The lines of one part's output, from its "Part N ·" header to the next part's."""
+    lines, inside = [], False
+    for line in text.splitlines():
+        if line.startswith("Part "):
+            inside = line.startswith(f"Part {part} ·")
+        if inside:
+            lines.append(line)
+    return lines
 
 
 def golden_path(path: str) -> str:

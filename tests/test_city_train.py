@@ -120,8 +120,8 @@ def test_the_harness_adam_is_torch_optim_adam_bit_for_bit():
     import torch
     model = city_train.build_model(n_layers=1, n_embd=16, n_head=2, seed=4)
     twin = city_train.build_model(n_layers=1, n_embd=16, n_head=2, seed=4)
-    ours, theirs = city_train.Adam(model.parameters(), lr=3e-3), torch.optim.Adam(twin.parameters(), lr=3e-3, foreach=True)
-    x = torch.from_numpy(city_lab.test_set().x[:4])
+    ours, theirs = city_train.Adam(model.parameters(), lr=3e-3), torch.optim.Adam(twin.parameters(), lr=3e-3, fused=True)
+    x = torch.tensor(city_lab.test_set().x[:4])
     for step in range(5):
         for m, opt in ((model, ours), (twin, theirs)):
             opt.zero_grad()

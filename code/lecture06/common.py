@@ -154,15 +154,15 @@ def _figures_dir(text: str) -> str:
     return path
 
 
-def parse_args(doc: str, part_numbers, argv=None):
+def parse_args(doc: str, part_numbers, argv=None, seeds: int = 3):
     first_line = (doc or "").strip().splitlines()[0] if doc else ""
     parser = argparse.ArgumentParser(description=first_line,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seed", type=_seed, default=DEFAULT_SEED,
                         help=f"random seed (default {DEFAULT_SEED})")
     parser.add_argument("--seeds", type=int, metavar="N",
-                        help="how many seeds (--seed, --seed + 1, ...) each training claim is measured over "
-                             "(default 3; 1 with --quick)")
+                        help=f"how many seeds (--seed, --seed + 1, ...) each training claim is measured over "
+                             f"(default {seeds}; 1 with --quick)")
     parser.add_argument("--part", type=int, choices=sorted(part_numbers),
                         help="run only this part (default: all)")
     parser.add_argument("--quick", action="store_true",
@@ -173,7 +173,7 @@ def parse_args(doc: str, part_numbers, argv=None):
     parser.add_argument("--no-figures", action="store_true", help="draw no figures")
     args = parser.parse_args(argv)
     if args.seeds is None:
-        args.seeds = 1 if args.quick else 3
+        args.seeds = 1 if args.quick else seeds
     if args.seeds < 1 or args.seed + args.seeds > 2 ** 32:
         parser.error(f"argument --seeds: {args.seeds} seeds from --seed {args.seed} do not fit numpy's seeds "
                      f"0 .. {2 ** 32 - 1}; give 1 or more, ending below 2**32")
@@ -184,12 +184,12 @@ def parse_args(doc: str, part_numbers, argv=None):
     return args
 
 
-def main(doc: str, parts: dict, argv=None, uses_torch: bool = True):
+def main(doc: str, parts: dict, argv=None, uses_torch: bool = True, seeds: int = 3):
     """Run the selected parts. parts: {number: callable(args) -> None} that computes, prints and draws.
 
     uses_torch=False: the script never touches torch, so seeding skips importing it (about 2 s).
     """
-    args = parse_args(doc, parts.keys(), argv)
+    args = parse_args(doc, parts.keys(), argv, seeds)
     import matplotlib
     matplotlib.use("Agg")
     title = (doc or "").strip().splitlines()[0] if doc else ""
