@@ -128,6 +128,7 @@ def parse_args(doc: str, part_numbers, argv=None):
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED,
                         help=f"random seed (default {DEFAULT_SEED})")
+    parser.add_argument("--seeds", type=int, default=3, help="how many seeds each training claim is measured over (default 3)")
     parser.add_argument("--part", type=int, choices=sorted(part_numbers),
                         help="run only this part (default: all)")
     parser.add_argument("--quick", action="store_true",
