@@ -18,6 +18,7 @@ from __future__ import annotations
 import threads  # first: one BLAS thread, set before numpy loads
 
 import functools
+import gc
 import math
 import multiprocessing
 import sys
@@ -204,6 +205,9 @@ def train_many(runs: list, workers: int = 2, progress: str | None = None, fn=Non
     method = "fork" if sys.platform.startswith("linux") else "spawn"
     if method == "fork":
         import torch._dynamo  # noqa: F401  torch.optim imports it at the first step (~2 s): once, before forking
+    # Frozen, the objects that exist now (torch's million) are skipped by every garbage collection in the
+    # workers, which then train about 10% faster and share more memory with this process.
+    gc.freeze()
     with multiprocessing.get_context(method).Pool(min(workers, len(runs)), initializer=torch.set_num_threads,
                                                   initargs=(1,)) as pool:
         pending = [pool.apply_async(fn, kwds=r) for r in runs]
@@ -214,5 +218,6 @@ def train_many(runs: list, workers: int = 2, progress: str | None = None, fn=Non
                 _status(f"{progress}: {i + 1}/{len(runs)} runs done")
         if progress is not None:
             _status("")
+    gc.unfreeze()
     return results
 
