@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import common  # first: one BLAS thread before numpy loads, and lecture 5's code importable
 
+import gc
 import math
 
 
@@ -566,3 +567,4 @@ PARTS = {1: show_teacher_forcing, 2: show_label_smoothing, 3: show_lr_schedule, 
 
 if __name__ == "__main__":
     common.main(__doc__, PARTS)
+    gc.freeze()  # the interpreter's last garbage collection would walk torch's million objects: 2-3 s
