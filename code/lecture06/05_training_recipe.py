@@ -5,9 +5,9 @@ language, part 2), §7.5 (the learning-rate formula, part 3; Adam's first step, 
 (checkpoint averaging on the city language, part 5), and exercises 7-9. Part 1 runs transformer.py
 (lecture 5's tensor.py); parts 2 and 4 check PyTorch's conventions; part 5 trains PyTorch twins with
 city_train.py's harness in two worker processes: --seeds seeds (default 3) × a constant and a decaying lr,
-400 steps each. Runtime: about 13 s on an idle 2-core machine (estimated from CPU time: this process
-about 6 s, most of it importing torch; then three 400-step runs one after another in each worker);
-`--quick`: one seed, about 9 s.
+400 steps each. Runtime, measured on the project's 2-core machine with nothing else running: about 22 s,
+of which part 5 takes 13 s (three 400-step runs one after another in each worker) and importing torch
+3 s (`--quick`: one seed, about 12 s). The one-seed version measured 14 s there the same hour.
 
     python code/lecture06/05_training_recipe.py [--part N] [--seed S] [--seeds N] [--quick] [--no-figures]
 """
