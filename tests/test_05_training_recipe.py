@@ -178,19 +178,52 @@ def test_adam_first_step_is_lr_times_sign():
     np.testing.assert_array_equal(r["rows"]["sgd"], g)   # SGD's step spans the 9 orders of magnitude
 
 
-# ---- Part 5 · §7.6 checkpoint averaging (S7.6-b), reduced: the constant-lr run only, in this process --
+# ---- Part 5 · §7.6 checkpoint averaging (S7.6-b): the script's setup on 3 seeds, constant-lr runs only --------
+SEEDS = (0, 1, 2)
+
+
 @pytest.fixture(scope="module")
 def averaging():
-    return m.checkpoint_averaging(seed=0, decayed=False, workers=1)
+    return m.checkpoint_averaging(seeds=SEEDS, decayed=False)
 
 
-def test_averaging_the_last_checkpoints_beats_the_last(averaging):
+def test_averaging_the_last_checkpoints_beats_the_last_on_every_seed(averaging):
+    """Margins: on these seeds averaging the last 5 wins by 11-24 mnat/token and other float kernels
+    (ATEN_CPU_CAPABILITY=default) move these excesses by 2 at most."""
     r = averaging
-    assert [s for s, _ in r["checkpoints"]] == list(range(50, 401, 50))
-    assert r["last"] == r["checkpoints"][-1][1]
-    assert r["averaged"][2] < r["last"]                             # S7.6-b
-    assert min(r["averaged"][k] for k in (2, 3, 4)) < r["last"] - 5
-    assert r["averaged"][8] > r["averaged"][2]                      # early checkpoints drag the average back
+    assert r["seeds"] == list(SEEDS) and [s for s, _ in r["checkpoints"]] == list(range(50, 401, 50))
+    assert r["last"] == r["checkpoints"][-1][1] == r["runs"][0]["last"]
+    for run in r["runs"]:
+        last, averaged = run["last"], run["averaged"]
+        assert sorted(averaged) == [2, 3, 4, 5, 8]
+        assert averaged[5] < last - 5                                   # S7.6-b, the paper's last 5
+        assert max(averaged[k] for k in (2, 3, 4)) < last - 5
+        assert averaged[8] > averaged[5] + 10                           # early checkpoints drag the average back
+    rows = {row["k"] or row["name"]: row for row in r["rows"]}
+    assert rows[5]["beats_last"] == len(SEEDS) and rows[8]["beats_last"] == 0
+    assert rows[5]["vs_last_spread"][2] < -5                            # the smallest win
+
+
+def test_checkpoint_averaging_bookkeeping():
+    """Tiny runs: the rows pair every seed with its own last checkpoint, the averages scored in the workers
+    equal those scored here, and only the first seed is scored at every checkpoint."""
+    import city_train
+    r = m.checkpoint_averaging(seeds=(3, 4), n_embd=16, n_head=2, steps=20, checkpoint_every=4, ks=(2, None))
+    assert [row["name"] for row in r["rows"]] == ["last", "average", "average", "decayed"]
+    assert [row["k"] for row in r["rows"]] == [None, 2, 5, None]
+    for row in r["rows"]:
+        assert row["vs_last"] == [e - run["last"] for e, run in zip(row["excess"], r["runs"])]
+        assert row["beats_last"] == sum(d < 0 for d in row["vs_last"])
+        assert row["spread"] == (float(np.median(row["excess"])), min(row["excess"]), max(row["excess"]))
+    first, second = r["runs"]
+    assert all(e is not None for _, e in first["checkpoints"])
+    assert [e for _, e in second["checkpoints"]] == [None] * 4 + [second["last"]]
+    assert r["decayed"] == first["decayed"] == first["decayed_curve"][-1][1]
+    result = city_train.run(model=dict(n_layers=1, n_embd=16, n_head=2, seed=4),
+                            training=dict(steps=20, lr=3e-3, seed=4, checkpoint_every=4))
+    model = city_train.build_model(n_layers=1, n_embd=16, n_head=2, seed=4)
+    model.load_state_dict(city_train.average_state_dicts([sd for _, sd in result.checkpoints[-2:]]))
+    assert city_train.evaluate(model) == second["averaged"][2]           # bit for bit
 
 
 def test_figures_are_written(tmp_path, averaging, cost):

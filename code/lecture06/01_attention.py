@@ -16,6 +16,7 @@ import numpy as np
 import transformer as tf
 from tensor import Tensor, no_grad
 
+ROUNDING = 1e-15  # float64: differences this small are summation order, not information
 CONTRAST = ("the plot was good but the acting was bad", "the acting was bad but the plot was good")
 
 
@@ -198,11 +199,15 @@ def draw_causal_weights(r, figures_dir):
 
 
 # ---- Part 4 · §2.4 ------------------------------------------------------------------------------
+POOLINGS = ("no positions", "learned positions", "no positions, causal mask")
+
+
 def permutation(n_embd: int = 16, n_head: int = 2, seed: int = 0) -> dict:
     """Embedding → one bidirectional TransformerLayer → mean pooling (script 07's encoder), at random init.
 
-    causal=False: a causal mask ties each query to its position, so a causal layer is NOT
-    permutation-equivariant (the last row shows it: GPT without position embeddings still sees order).
+    pooled[name] = (max |Δ|, ‖Δ‖₂) between the two contrast sentences' pooled vectors: the notes do not say
+    which norm their 0.084 is. causal=False: a causal mask ties each query to its position, so a causal layer
+    is NOT permutation-equivariant (the last row shows it: GPT without position embeddings still sees order).
     """
     words = sorted(set(" ".join(CONTRAST).split()))
     sentences = [np.array([[words.index(w) for w in s.split()]]) for s in CONTRAST]   # 2 × (1, 9)
@@ -222,28 +227,63 @@ def permutation(n_embd: int = 16, n_head: int = 2, seed: int = 0) -> dict:
         perm = np.random.default_rng(seed).permutation(seq_len)
         shuffle_error = np.abs(encode(sentences[0][:, perm], False) - encode(sentences[0], False)[perm]).max()
         pooled = {}
-        for name, with_positions, causal in (("no positions", False, False),
-                                             ("learned positions", True, False),
-                                             ("no positions, causal mask", False, True)):
+        for name, with_positions, causal in zip(POOLINGS, (False, True, False), (False, False, True)):
             layer.attention.causal = causal                          # the same weights, mask on or off
             a, b = (encode(s, with_positions).mean(axis=0) for s in sentences)   # mean pooling -> (D,)
-            pooled[name] = float(np.abs(a - b).max())
+            pooled[name] = (float(np.abs(a - b).max()), float(np.linalg.norm(a - b)))
         layer.attention.causal = False
     return {"sentences": CONTRAST, "n_tokens": seq_len, "same_words": sorted(CONTRAST[0].split()) ==
             sorted(CONTRAST[1].split()), "perm": perm, "shuffle_error": float(shuffle_error), "pooled": pooled}
 
 
+def permutation_over_seeds(seeds=range(10), n_embd: int = 16, n_head: int = 2) -> dict:
+    """permutation() at each seed (a new random init and shuffle each): per pooling and norm, the values over
+    the seeds with their median and range, and the largest shuffle error."""
+    runs = [permutation(n_embd, n_head, seed) for seed in seeds]
+    spread = {}
+    for name in POOLINGS:
+        for i, norm in enumerate(("max", "l2")):
+            values = [run["pooled"][name][i] for run in runs]
+            spread[name, norm] = dict(values=values, median=float(np.median(values)), min=min(values), max=max(values))
+    return {"seeds": list(seeds), "runs": runs, "spread": spread,
+            "shuffle_error": max(run["shuffle_error"] for run in runs)}
+
+
+NOTES_WITH_POSITIONS = 0.084   # §2.4's "加上位置嵌入后两者差 0.084", in a norm the notes do not name
+
+
 def show_permutation(args):
-    r = permutation(seed=args.seed)
+    seeds = range(args.seed, args.seed + 10)     # no training: ten random inits cost milliseconds
+    r = permutation_over_seeds(seeds)
+    first, n, spread = r["runs"][0], len(r["seeds"]), r["spread"]
     common.header(4, "§2.4", "Without positions attention is permutation-equivariant")
-    common.note(f"Embedding (d = 16) → one bidirectional Transformer layer (random init), {r['n_tokens']} tokens "
-                f"shuffled by {r['perm'].tolist()}:")
-    common.note(f"max |layer(shuffled x) − shuffled layer(x)| = {r['shuffle_error']:.1e}")
-    common.note(f"\nMean-pooled representations of “{r['sentences'][0]}” and “{r['sentences'][1]}” "
-                f"({r['n_tokens']} tokens each, the same words: {r['same_words']}):")
-    common.table([[name, value] for name, value in r["pooled"].items()], ["model", "max |Δ pooled|"],
-                 floatfmt=".2g")
-    common.note("Without positions the two sentences are one bag of words; position embeddings tell them apart.\n"
+    common.note(f"Embedding (d = 16) → one bidirectional Transformer layer (random init), {first['n_tokens']} tokens; "
+                f"seed {args.seed} shuffles them by {first['perm'].tolist()}:")
+    # which of many rounding-level differences is the largest, and so its digits, depends on the BLAS kernels
+    common.kernel_note(f"max |layer(shuffled x) − shuffled layer(x)| = {first['shuffle_error']:.1e} "
+                       f"(the largest over {n} seeds: {r['shuffle_error']:.1e})")
+    common.note(f"\nMean-pooled representations of “{first['sentences'][0]}” and\n“{first['sentences'][1]}” "
+                f"({first['n_tokens']} tokens each, the same words: {first['same_words']}); Δ = their difference; "
+                f"{n} seeds, {r['seeds'][0]}-{r['seeds'][-1]}.")
+    rounding = sum(max(run["pooled"]["no positions"]) <= ROUNDING for run in r["runs"])
+    common.note(f"No positions: max |Δ| and ‖Δ‖₂ ≤ {ROUNDING:.0e} on {rounding} of {n} seeds, rounding: "
+                "the same words, summed in another order.")
+    common.kernel_note(f"no positions, the largest over the seeds: max |Δ| {spread['no positions', 'max']['max']:.1e}, "
+                       f"‖Δ‖₂ {spread['no positions', 'l2']['max']:.1e}")
+    rows = []
+    for name in POOLINGS[1:]:
+        row = [name]
+        for i, norm in enumerate(("max", "l2")):
+            s = spread[name, norm]
+            row += [f"{first['pooled'][name][i]:.3f}", f"{s['median']:.3f}", f"{s['min']:.3f} to {s['max']:.3f}"]
+        rows.append(row)
+    common.table(rows, ["model", f"max |Δ|, seed {args.seed}", "median", "range over seeds",
+                        f"‖Δ‖₂, seed {args.seed}", "median", "range over seeds"], disable_numparse=True)
+    inside = lambda norm: ("inside" if spread["learned positions", norm]["min"] <= NOTES_WITH_POSITIONS
+                           <= spread["learned positions", norm]["max"] else "outside")
+    common.note(f"The notes' {NOTES_WITH_POSITIONS} with positions (norm not named) is {inside('max')} the range of "
+                f"max |Δ| and {inside('l2')} that of ‖Δ‖₂.\n"
+                "Without positions the two sentences are one bag of words; position embeddings tell them apart.\n"
                 "A causal mask also breaks the symmetry: a position sees only its prefix.")
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import threads  # first: one BLAS thread, set before numpy loads
 
 import functools
+import gc
 import math
 import multiprocessing
 import sys
@@ -212,21 +213,28 @@ def run(model: dict, training: dict) -> TrainResult:
     return train(build_model(**model), **training)
 
 
-def train_many(runs: list, workers: int = 2, progress: str | None = None) -> list:
+def train_many(runs: list, workers: int = 2, progress: str | None = None, fn=None) -> list:
     """run(**r) for every r = dict(model=..., training=...) in runs, in `workers` processes (1: in this
     process, in order). Each run uses one thread, so the results are bit-identical either way; they come
-    back in the order of runs."""
+    back in the order of runs. fn: a module-level function to call instead of run, one that also does in
+    the worker what would otherwise follow in this process one run after another (scoring checkpoints)."""
+    fn = fn or run
     if workers <= 1 or len(runs) <= 1:
-        return [run(**r) for r in runs]
+        return [fn(**r) for r in runs]
     # fork starts a worker in a fraction of a second, spawn re-imports torch (seconds). Forking a process
     # that has used OpenMP threads is safe here because a run uses one thread: torch then never enters
     # an OpenMP parallel region. macOS and Windows cannot fork safely, so they spawn.
     # Each worker starts on one thread: a run restores its caller's thread count when it ends, and a forked
     # child that went back to the parent's count would hang in OpenMP while sending its results home.
     method = "fork" if sys.platform.startswith("linux") else "spawn"
+    if method == "fork":
+        import torch._dynamo  # noqa: F401  torch.optim imports it at the first step (~2 s): once, before forking
+    # Frozen, the objects that exist now (torch's million) are skipped by every garbage collection in the
+    # workers, which then train about 10% faster and share more memory with this process.
+    gc.freeze()
     with multiprocessing.get_context(method).Pool(min(workers, len(runs)), initializer=torch.set_num_threads,
                                                   initargs=(1,)) as pool:
-        pending = [pool.apply_async(run, kwds=r) for r in runs]
+        pending = [pool.apply_async(fn, kwds=r) for r in runs]
         results = []
         for i, p in enumerate(pending):
             results.append(p.get())
@@ -234,5 +242,6 @@ def train_many(runs: list, workers: int = 2, progress: str | None = None) -> lis
                 _status(f"{progress}: {i + 1}/{len(runs)} runs done")
         if progress is not None:
             _status("")
+    gc.unfreeze()
     return results
 
