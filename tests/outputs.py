@@ -55,10 +55,13 @@ def _round(match: re.Match) -> str:
 
 
 def normalise(text: str) -> str:
-    """Numbers to 3 significant digits, rounding noise to ~0, ⏱ and ⚙ lines dropped, spaces folded."""
+    """Numbers to 3 significant digits, rounding noise to ~0, ⏱ and ⚙ lines dropped, spaces and table rules
+    folded."""
     lines = []
     for line in portable(text):
         line = NUMBER.sub(_round, line)
+        if set(line) <= set("- "):   # a table's rule: its widths follow the (⚙) cells, not what it says
+            line = re.sub(r"-+", "-", line)
         lines.append(re.sub(r"[ \t]+", " ", line).rstrip())
     return "\n".join(lines) + "\n"
 
