@@ -1,5 +1,5 @@
-"""Script 02 (notes §4.1-§4.4): CLAIMS.md rows S4.1-*, S4.2-*, S4.3-*, S4.4-*, Ex4, asserted as its
-last column says."""
+"""Script 02 (notes §4.1-§4.4): every claim of the notes it serves, and
+exercise 4."""
 import math
 
 import numpy as np

@@ -1,5 +1,4 @@
-"""Script 03: every claim of notes §3.2, §7.2, §8.4, §9.1-9.2 it serves (CLAIMS rows S3.2-*, S7.2-*, S8.4-*,
-S9.1-d/e, S9.2-a, Ex3), from its part functions."""
+"""Script 03: every claim of notes §3.2, §7.2, §8.4, §9.1-9.2 it serves (and exercise 3), from its part functions."""
 import math
 from collections import Counter
 

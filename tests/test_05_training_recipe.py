@@ -1,5 +1,5 @@
-"""Tests for code/lecture06/05_training_recipe.py: every CLAIMS.md row of notes §7.1, §7.3, §7.5, §7.6,
-S11-b and exercises 7-9, asserted as CLAIMS.md's last column suggests (exact where the setup fixes them)."""
+"""Tests for code/lecture06/05_training_recipe.py: every claim of notes §7.1, §7.3, §7.5, §7.6 and exercises
+7-9 and 11, exact where the setup fixes them, over seeds where training decides them."""
 import math
 
 import numpy as np

@@ -1,5 +1,4 @@
-"""Script 06: every claim of notes §8.1-8.3 and §5.1 it serves (CLAIMS rows S5.1-a, S8.1-*, S8.2-*, S8.3-*,
-Ex5, Ex6, Ex10), and the parameter and FLOP formulas against three counters at random small configurations:
+"""Script 06: every claim of notes §8.1-8.3 and §5.1 it serves (and exercises 5, 6 and 10), and the parameter and FLOP formulas against three counters at random small configurations:
 torch_ref on the meta device (FlopCounterMode), and our own transformer.py (num_parameters, the autodiff graph)."""
 import argparse
 import inspect
@@ -185,7 +184,7 @@ def test_llama_layer_activation_sizes():
 
 # ---- part 5 (timings are printed, never asserted) and the whole script
 def test_attention_core_is_timed_inside_the_layers_training_forward():
-    """Structure only: timings are printed, never asserted against the notes (CLAIMS S8.3-g)."""
+    """Structure only: timings are printed, never asserted against the notes ."""
     rows = s06.attention_time_share(seq_lens=(16, 64), n_embd=32, n_head=2, repeats=2, seed=3)
     assert [r["S"] for r in rows] == [16, 64]
     for r in rows:

@@ -1,4 +1,4 @@
-"""Script 07 (notes §9.3, §2.4, exercise 12): CLAIMS.md rows S9.3-a..d, S2.4-b (trained), Ex12.
+"""Script 07 (notes §9.3, §2.4, exercise 12): every claim of the notes it serves.
 
 Every training claim is asserted at the three seeds the script's default run uses, on the same models
 (Transformers trained STEPS Adam steps; the script caches them, so the whole file trains six, in two

@@ -51,7 +51,7 @@ def gradient_gain(depths=(1, 2, 4, 8, 16, 32, 64), width: int = 256, batch: int 
     L layers back to the input x (g a random N(0, 1) output gradient), and the std of y_L. Means over seeds.
 
     With PyTorch's default init, Var(W) = 1/(3·width): a Linear + ReLU layer keeps 1/6 of the gradient's
-    variance, so without residuals the gain is about (1/6)^(L/2) (1.3e-25 at L = 64; CLAIMS §D.8).
+    variance, so without residuals the gain is about (1/6)^(L/2) (1.3e-25 at L = 64).
     """
     gains = {v: np.zeros(len(depths)) for v in VARIANTS}
     stds = {v: np.zeros(len(depths)) for v in VARIANTS}
