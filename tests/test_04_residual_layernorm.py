@@ -155,7 +155,10 @@ def test_worst_climb_and_window_means_on_a_known_curve():
     assert m.worst_climb(sorted(curve, reverse=True), 50) == 0.0
 
 
-def test_the_summary_counts_what_the_runs_show(early):
-    lines = m.stability_summary(early)
-    assert any("Post-LN stays at the unigram level" in line and "in 3 of 3 seeds" in line for line in lines)
-    assert any(f"lr {m.SMALL_LR:g}: Post-LN trains" in line for line in lines)
+def test_the_summary_counts_what_the_runs_show(early, full):
+    small = m.stability_summary(early)
+    assert any(f"lr {m.SMALL_LR:g}: Post-LN trains" in line and "in 3 of 3 seeds, Pre-LN in 3 of 3 seeds" in line
+               for line in small)
+    large = m.stability_summary(full)
+    assert any("Post-LN trains in 3 of 3 seeds, but unstably" in line
+               and "climbs back further than Pre-LN's (no warmup) in 3 of 3 seeds" in line for line in large)
