@@ -21,6 +21,7 @@ import torch
 
 import torch_ref
 import transformer
+from twins import max_diff, randomize_layernorms
 from gradcheck import PRIMITIVES, check_gradients, leaf
 from tensor import count_ops
 from test_transformer import violations
@@ -42,23 +43,6 @@ def _one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
-
-
-def max_diff(a, b) -> float:
-    a = a.detach().numpy() if torch.is_tensor(a) else np.asarray(a)
-    b = b.detach().numpy() if torch.is_tensor(b) else np.asarray(b)
-    assert a.shape == b.shape, (a.shape, b.shape)
-    return float(np.max(np.abs(a - b))) if a.size else 0.0
-
-
-def randomize_layernorms(model, seed=1):
-    """LayerNorms start at weights 1, bias 0; random values make their gradients a real test."""
-    rng = np.random.default_rng(seed)
-    for _, m in model.named_modules():
-        if isinstance(m, transformer.LayerNorm):
-            m.weights.data[...] = rng.uniform(0.5, 1.5, m.weights.shape)
-            m.bias.data[...] = rng.normal(0.0, 0.3, m.bias.shape)
-    return model
 
 
 def batch(n_vocab, b, s_src, s_tgt, seed=0):

@@ -9,6 +9,7 @@ from torch import nn
 
 import torch_ref
 import transformer
+from twins import max_diff, randomize_layernorms
 from gradcheck import leaf
 from tensor import Tensor
 
@@ -20,28 +21,6 @@ B, S, D, H, V = 3, 6, 16, 4, 11
 def _seed():
     transformer.set_seed(0)
     torch.manual_seed(0)
-
-
-def max_diff(a, b) -> float:
-    a = a.detach().numpy() if torch.is_tensor(a) else np.asarray(a)
-    b = b.detach().numpy() if torch.is_tensor(b) else np.asarray(b)
-    assert a.shape == b.shape, (a.shape, b.shape)
-    return float(np.max(np.abs(a - b))) if a.size else 0.0
-
-
-def randomize(module, seed=1):
-    """Move LayerNorm weights off 1 and biases off 0, so their gradients are a real test."""
-    rng = np.random.default_rng(seed)
-    for name, p in module.named_parameters():
-        if "ln" in name:
-            value = rng.uniform(0.5, 1.5, tuple(p.shape)) if name.endswith("weights") \
-                else rng.normal(0, 0.3, tuple(p.shape))
-            if torch.is_tensor(p):
-                with torch.no_grad():
-                    p.copy_(torch.from_numpy(value))
-            else:
-                p.data[...] = value
-    return module
 
 
 def check_twins(ours, twin_class, ours_inputs, twin_kwargs=None, **call):
@@ -79,7 +58,7 @@ def test_linear(bias):
 
 
 def test_layernorm():
-    check_twins(randomize(transformer.LayerNorm(D)), torch_ref.LayerNorm, [leaf((B, S, D), "permuted")], dict(dim=D))
+    check_twins(randomize_layernorms(transformer.LayerNorm(D)), torch_ref.LayerNorm, [leaf((B, S, D), "permuted")], dict(dim=D))
 
 
 PAD = np.array([[False] * S, [False] * (S - 2) + [True] * 2, [False] + [True] * (S - 1)])
@@ -111,7 +90,7 @@ def test_feedforward():
 @pytest.mark.parametrize("p_dropout", [0.0, 0.1])
 def test_transformer_layer(pre_ln, p_dropout):
     kwargs = dict(n_embd=D, n_head=H, p_dropout=p_dropout, pre_ln=pre_ln)
-    check_twins(randomize(transformer.TransformerLayer(**kwargs)), torch_ref.TransformerLayer, [leaf((B, S, D))],
+    check_twins(randomize_layernorms(transformer.TransformerLayer(**kwargs)), torch_ref.TransformerLayer, [leaf((B, S, D))],
                 kwargs, pad_mask=PAD)
 
 
@@ -120,7 +99,7 @@ def test_transformer_layer(pre_ln, p_dropout):
 def test_decoder_lm_with_dropout(tie_weights, positions, pre_ln):
     kwargs = dict(n_vocab=V, n_embd=D, n_head=H, n_positions=S, n_layers=2, p_dropout=0.1,
                   tie_weights=tie_weights, positions=positions, pre_ln=pre_ln)
-    model = randomize(transformer.DecoderLM(**kwargs)).train()
+    model = randomize_layernorms(transformer.DecoderLM(**kwargs)).train()
     ids = np.random.default_rng(3).integers(0, V, (B, S))
     diffs = check_twins(model, torch_ref.DecoderLM, [ids], kwargs)
     assert len(diffs) == 1 + len(model.parameters())
@@ -191,7 +170,7 @@ def f64(x) -> torch.Tensor:
 
 
 def test_torch_ref_layernorm_vs_nn():
-    ref = randomize(transformer.LayerNorm(D, eps=1e-5))
+    ref = randomize_layernorms(transformer.LayerNorm(D, eps=1e-5))
     twin = torch_ref.copy_from(torch_ref.LayerNorm(D), ref)
     official = nn.LayerNorm(D, eps=1e-5, dtype=torch.float64)
     with torch.no_grad():
@@ -256,7 +235,7 @@ def test_torch_ref_attention_vs_nn(mode):
 
 @pytest.mark.parametrize("norm_first", [True, False])
 def test_torch_ref_layer_vs_nn_encoder_layer(norm_first):
-    twin = randomize(torch_ref.TransformerLayer(D, H, p_dropout=0.0, causal=False, pre_ln=norm_first), seed=2)
+    twin = randomize_layernorms(torch_ref.TransformerLayer(D, H, p_dropout=0.0, causal=False, pre_ln=norm_first), seed=2)
     official = nn.TransformerEncoderLayer(D, H, dim_feedforward=4 * D, dropout=0.0,
                                           activation=lambda x: F.gelu(x, approximate="tanh"),
                                           batch_first=True, norm_first=norm_first, dtype=torch.float64)
