@@ -1,0 +1,53 @@
+"""The scripts' command line: bad arguments are refused before any work, with a message that says what was
+wrong; a Python without the packages gets one line that says what to run instead."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+import common
+from conftest import LECTURE06
+
+
+def refused(capsys, argv) -> str:
+    with pytest.raises(SystemExit) as stop:
+        common.parse_args("Script 99", [1, 2], argv)
+    assert stop.value.code == 2
+    return capsys.readouterr().err
+
+
+@pytest.mark.parametrize("seed", ["-1", "4294967296", "1.5"])
+def test_a_seed_numpy_cannot_take_is_refused_with_its_range(capsys, seed):
+    message = refused(capsys, ["--seed", seed])
+    assert "argument --seed" in message and ("0 .. 4294967295" in message or "not a whole number" in message)
+
+
+def test_seeds_that_run_past_numpys_range_or_none_are_refused(capsys):
+    assert "do not fit numpy's seeds" in refused(capsys, ["--seed", "4294967295", "--seeds", "2"])
+    assert "give 1 or more" in refused(capsys, ["--seeds", "0"])
+
+
+def test_figures_must_be_a_folder_checked_before_any_work(capsys, tmp_path):
+    a_file = tmp_path / "somefile.txt"
+    a_file.write_text("")
+    assert "is a file, not a folder" in refused(capsys, ["--figures", str(a_file)])
+    assert "use --no-figures" in refused(capsys, ["--figures", ""])
+    assert common.parse_args("Script 99", [1], ["--figures", str(tmp_path / "new")]).figures == str(tmp_path / "new")
+
+
+def test_quick_draws_no_figures_unless_asked_and_measures_one_seed(tmp_path):
+    quick = common.parse_args("Script 99", [1], ["--quick"])
+    assert quick.figures is None and quick.seeds == 1
+    asked = common.parse_args("Script 99", [1], ["--quick", "--figures", str(tmp_path)])
+    assert asked.figures == str(tmp_path)
+    full = common.parse_args("Script 99", [1], [], seeds=2)
+    assert full.figures.endswith("figures") and full.seeds == 2
+
+
+def test_a_python_without_the_packages_is_told_what_to_run():
+    # -S: no site-packages, as a plain python3 without the requirements installed
+    done = subprocess.run([sys.executable, "-S", os.path.join(LECTURE06, "01_attention.py")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "lacks numpy, torch, matplotlib, tabulate" in done.stderr and "make all" in done.stderr
