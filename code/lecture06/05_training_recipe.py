@@ -4,10 +4,10 @@ Serves notes §7.1 (teacher forcing, part 1), §7.3 (label smoothing and its exa
 language, part 2), §7.5 (the learning-rate formula, part 3; Adam's first step, part 4) and §7.6
 (checkpoint averaging on the city language, part 5), and exercises 7-9. Part 1 runs transformer.py
 (lecture 5's tensor.py); parts 2 and 4 check PyTorch's conventions; part 5 trains PyTorch twins with
-city_train.py's harness in two worker processes: --seeds seeds (default 3) × a constant and a decaying lr,
-400 steps each. Runtime, measured on the project's 2-core machine with nothing else running: about 22 s,
-of which part 5 takes 13 s (three 400-step runs one after another in each worker) and importing torch
-3 s (`--quick`: one seed, about 12 s). The one-seed version measured 14 s there the same hour.
+city_train.py's harness in two worker processes: --seeds seeds (default 2) × a constant and a decaying lr,
+400 steps each. Runtime, measured on the project's 2-core machine with nothing else running: about 18.5 s
+whole process with figures (3 seeds: 19 s without them), importing torch 3 s of it (`--quick`: one seed,
+200 steps, about 15 s).
 
 Part 6 (§7.1's other half, exercise 11) counts the forward passes of training (one) and of generation (one
 per token), the positions computed with and without transformer.py's KV cache (n against n(n+1)/2), and
