@@ -227,9 +227,7 @@ def train_many(runs: list, workers: int = 2, progress: str | None = None, fn=Non
     # Each worker starts on one thread: a run restores its caller's thread count when it ends, and a forked
     # child that went back to the parent's count would hang in OpenMP while sending its results home.
     method = "fork" if sys.platform.startswith("linux") else "spawn"
-    if method == "fork":
-        import torch._dynamo  # noqa: F401  torch.optim imports it at the first step (~2 s): once, before forking
-    # Frozen, the objects that exist now (torch's million) are skipped by every garbage collection in the
+    # Frozen, the objects that exist now (300,000 after importing torch) are skipped by every collection in the
     # workers, which then train about 10% faster and share more memory with this process.
     gc.freeze()
     with multiprocessing.get_context(method).Pool(min(workers, len(runs)), initializer=torch.set_num_threads,
