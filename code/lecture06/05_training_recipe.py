@@ -5,7 +5,7 @@ language, part 2), §7.5 (the learning-rate formula, part 3; Adam's first step, 
 (checkpoint averaging on the city language, part 5), and exercises 7-9. Part 1 runs transformer.py
 (lecture 5's tensor.py); parts 2 and 4 check PyTorch's conventions; part 5 trains PyTorch twins with
 city_train.py's harness in two worker processes: --seeds seeds (default 2) × a constant and a decaying lr,
-400 steps each. Runtime, measured on the project's 2-core machine with nothing else running: about 18.5 s
+400 steps each. Runtime, measured on the project's 2-core machine with nothing else running: about 17 s
 whole process with figures (3 seeds: 19 s without them), importing torch 3 s of it (`--quick`: one seed,
 200 steps, about 15 s).
 
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import common  # first: one BLAS thread before numpy loads, and lecture 5's code importable
 
-import gc
 import math
 
 
@@ -818,4 +817,3 @@ PARTS = {1: show_teacher_forcing, 2: show_label_smoothing, 3: show_lr_schedule, 
 
 if __name__ == "__main__":
     common.main(__doc__, PARTS, seeds=2)  # 3 seeds of part 5 take 19 s here, over the 15 s budget
-    gc.freeze()  # else the interpreter's last garbage collection walks torch's 300,000 objects: 2-3 s

@@ -17,7 +17,7 @@ count is marked ⚙ unless every seed decides it, either way, by more than other
 trained model (TIPPING). The seeds' models train in 2 forked processes, one BLAS thread each; Part 3
 reuses Part 2's models.
 PyTorch appears only in Part 1; everything else trains with tensor.py.
-Runtime on the project's idle 2-core machine: about 17 s whole process with figures at the default 2 seeds
+Runtime on the project's idle 2-core machine: about 15 s whole process with figures at the default 2 seeds
 (22 s at 3; --quick, one seed: about 12 s): the trainings shared by 2 processes, the imports, and
 torch.optim's first use in Part 1 (it imports torch._dynamo, about 2 s).
 """
