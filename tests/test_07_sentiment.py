@@ -1,6 +1,6 @@
 """Script 07 (notes §9.3, §2.4, exercise 12): every claim of the notes it serves.
 
-Every training claim is asserted at the three seeds the script's default run uses, on the same models
+Every training claim is asserted at seeds 0, 1, 2 (the script's default run measures the first two), on the same models
 (Transformers trained STEPS Adam steps; the script caches them, so the whole file trains six, in two
 processes). Margins are asserted well above what other float kernels change: OPENBLAS_CORETYPE=
 Sandybridge against Haswell moves a trained model's logits by up to 1e-4 and its attention by 1e-5.

@@ -11,7 +11,7 @@ Part 2 · §9.3  accuracy by kind on lecture 5's test set: bag-of-words, the Tra
                positions; each contrast pair's logits differ by rounding only without positions.
 Part 3 · §9.3  attention in "the plot was good but the acting was bad": the weight each position
                receives, averaged over the heads and the 9 queries (the notes: most on position 8).
-Parts 2 and 3 train the Transformers at --seeds seeds (default 3: --seed, --seed+1, --seed+2), print
+Parts 2 and 3 train the Transformers at --seeds seeds (default 2: --seed, --seed+1, ...), print
 the first seed's tables and the spread over the seeds, and count at how many seeds each claim holds. A
 count is marked ⚙ unless every seed decides it, either way, by more than other float kernels move a
 trained model (TIPPING). The seeds' models train in 2 forked processes, one BLAS thread each; Part 3

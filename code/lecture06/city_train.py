@@ -7,8 +7,8 @@ test excess in milli-nats per token over the exact lower bound that only a known
     model = build_model(n_layers=6, pre_ln=False, init="xavier", seed=0)     # seed: the initial weights
     result = train(model, steps=400, lr=6e-3, warmup=100, seed=0)           # seed: the batches
     result.final_excess, result.best_excess, result.curve                   # mnat/token over the bound
-    result = run(model=dict(n_layers=2, seed=0), train=dict(lr=1e-3, seed=0))   # the two lines in one
-    results = train_many([dict(model=..., train=...), ...])                 # run() each, 2 worker processes
+    result = run(model=dict(n_layers=2, seed=0), training=dict(lr=1e-3, seed=0))   # the two lines in one
+    results = train_many([dict(model=..., training=...), ...])              # run() each, 2 worker processes
 
 Every run uses one torch thread (threads.py says why), and this module is the one place that enforces it
 for training: a run gives the same bits alone, in a loop or in a worker process.
