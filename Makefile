@@ -26,7 +26,7 @@ all: $(STAMP)  ## run every script; tables go to figures/NN_output.txt, figures 
 figures: all  ## same as all: every figure is written by its script
 
 test: $(STAMP)  ## the test suite
-	$(PY) -m pytest -q -n auto --dist loadgroup tests
+	$(PY) -m pytest -q -n auto --dist loadgroup --no-loadscope-reorder tests
 
 bench: $(STAMP)  ## time one training step, tensor.py against PyTorch
 	$(PY) code/lecture06/bench_step.py

@@ -1,7 +1,12 @@
 """Shared test setup: `load_script("01_attention")` imports a numbered script (names start with a digit,
-so no plain import). pytest.ini puts code/lecture06 on the path; `paths` adds lecture 5's code."""
+so no plain import). pytest.ini puts code/lecture06 on the path; `paths` adds lecture 5's code.
+
+Under pytest-xdist (`make test`: -n auto --dist loadgroup) a module's tests run on one worker, so that a
+module-scoped fixture (a training run over three seeds) is computed once, not once on every worker; and the
+groups that take longest start first, so that no worker is left alone with one of them at the end."""
 import threads  # noqa: F401  (first: one BLAS thread, set before any test module loads numpy, as in the scripts)
 
+import importlib.metadata
 import importlib.util
 import os
 import sys
@@ -31,6 +36,33 @@ def load_script(name: str):
         del sys.modules[module_name]
         raise
     return module
+
+
+# The longest groups, longest first: test modules that train over seeds, then test_outputs' quick runs of the
+# scripts that train (one xdist_group per script), run there under torch's slower generic kernels
+LONGEST_FIRST = ("test_04_residual_layernorm", "05", "07", "04", "test_05_training_recipe", "test_07_sentiment",
+                 "test_transformer")
+
+
+def _group(item) -> str:
+    return item.get_closest_marker("xdist_group").args[0]
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+    rank = {group: i for i, group in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(_group(item), len(rank)))  # stable: the rest keep their order
+
+
+def pytest_collection_finish(session):
+    """xdist marks a test's group by appending "@group" to its id; check that it did."""
+    if getattr(session.config.option, "loadgroup", False) and session.items and "@" not in session.items[0].nodeid:
+        raise pytest.UsageError(
+            f"pytest-xdist {importlib.metadata.version('pytest-xdist')} cannot group tests under pytest "
+            f"{pytest.__version__}: install requirements.txt's versions (make test does)")
 
 
 @pytest.fixture
