@@ -5,13 +5,20 @@ thread is faster than two that wait for each other, a step-by-step RNN is timed 
 training run gives the same bits alone, in a loop or in a worker process (at a large lr its digits depend
 on the thread count; the pattern does not).
 
-OpenBLAS reads its thread count when numpy loads it, so this module must be imported before numpy
-(`common` and `city_train` import it first). An explicit OPENBLAS_NUM_THREADS in the environment wins.
+OpenBLAS reads its thread count when numpy loads it, and torch reads OMP_NUM_THREADS when it loads, so
+this module must be imported before both (`common` and `city_train` import it first). An explicit
+OPENBLAS_NUM_THREADS or OMP_NUM_THREADS in the environment wins. Two processes that each run two threads on
+two cores spin waiting for each other: 07's quick run, beside another, took 24 s of CPU with two BLAS
+threads and 7 s with one.
 """
 import os
 from contextlib import contextmanager
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # torch's default thread count; torch_threads(n) changes it
+
+# Processes that train several models side by side (city_train, 07): one per core of this 2-core machine
+WORKERS = 2
 
 
 @contextmanager
