@@ -1,6 +1,6 @@
 """Tests for script 04: every claim of notes §5.2-§5.4 it serves.
 
-Part 4 trains over seeds 0, 1, 2: for 150 steps the runs whose fate shows early (Post-LN without warmup at the
+Part 4 trains over seeds 0, 1, 2: for 100 steps the runs whose fate shows early (Post-LN without warmup at the
 large lr, both at the small lr), for the full 400 the two whose comparison needs it (warmed-up Post-LN against
 Pre-LN without warmup).
 """
@@ -112,9 +112,11 @@ SEEDS = (0, 1, 2)
 
 @pytest.fixture(scope="module")
 def early():
-    """Who trains and who fails shows within 150 steps: the large-lr Post-LN run without warmup, both small-lr runs."""
+    """Who trains and who fails shows within 100 steps: the large-lr Post-LN run without warmup, both small-lr runs.
+    Seeds 0-4 measured at step 100: Post-LN at the large lr 2837-2868 (unigram 2824), the small-lr runs 367-559
+    (bigram 898), the same under ATEN_CPU_CAPABILITY=default."""
     return m.training_stability(configs=(("Post-LN", m.LARGE_LR, 0), ("Post-LN", m.SMALL_LR, 0),
-                                         ("Pre-LN", m.SMALL_LR, 0)), seeds=SEEDS, steps=150)
+                                         ("Pre-LN", m.SMALL_LR, 0)), seeds=SEEDS, steps=100)
 
 
 @pytest.fixture(scope="module")

@@ -104,6 +104,7 @@ def show_score_scaling(args):
     draw_saturation(r, args.figures)
 
 
+@common.draws_figure
 def draw_saturation(r, figures_dir):
     import matplotlib.pyplot as plt
     dims = [row["d"] for row in r["rows"]]
@@ -183,6 +184,7 @@ def show_causal_mask(args):
     draw_causal_weights(r, args.figures)
 
 
+@common.draws_figure
 def draw_causal_weights(r, figures_dir):
     import matplotlib.pyplot as plt
     w = r["weights"][0, 0]

@@ -55,6 +55,7 @@ def show_sinusoidal(args):
     draw_pe_heatmap(r, args.figures)
 
 
+@common.draws_figure
 def draw_pe_heatmap(r, figures_dir, n_shown: int = 256):
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(8, 3.6))
@@ -105,9 +106,11 @@ def show_rotation(args):
                  floatfmt=("g", ".1e", ".6f", ".6f", ".1e", ".1e"))
     common.note("R_k depends on k only: one fixed linear map takes any position t to t + k.\n"
                 "Both errors are rounding and grow slowly with t (≈ t · 1e-16).")
-    draw_pe_dot(dot_curves(), args.figures)
+    if args.figures:  # the curves are the figure's alone
+        draw_pe_dot(dot_curves(), args.figures)
 
 
+@common.draws_figure
 def draw_pe_dot(c, figures_dir):
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(7, 3.4))
@@ -194,10 +197,12 @@ def show_embedding_scale(args):
          f"√(2/3) = {r['cos_scaled_expected']:.3f}"],
     ], [f"d = {d}, averaged over {T:,} positions", "measured", "expected"], disable_numparse=True)
     common.note("Unscaled, the position encoding drowns the token; scaled by √d, the token dominates again.")
-    dims = (64, 128, 256, 512, 1024)
-    draw_embedding_scale([embedding_scale(dd, 512 if args.quick else T, args.seed) for dd in dims], args.figures)
+    if args.figures:  # the sweep over d is the figure's alone
+        dims = (64, 128, 256, 512, 1024)
+        draw_embedding_scale([embedding_scale(dd, 512 if args.quick else T, args.seed) for dd in dims], args.figures)
 
 
+@common.draws_figure
 def draw_embedding_scale(results, figures_dir):
     import matplotlib.pyplot as plt
     dims = [r["d"] for r in results]

@@ -296,6 +296,7 @@ def show_op_counts(args):
     draw_op_counts(r["modules"], args.figures)
 
 
+@common.draws_figure
 def draw_op_counts(counts: dict, figures_dir):
     import matplotlib.pyplot as plt
     names = list(counts)

@@ -4,10 +4,10 @@ Serves notes §7.1 (teacher forcing, part 1), §7.3 (label smoothing and its exa
 language, part 2), §7.5 (the learning-rate formula, part 3; Adam's first step, part 4) and §7.6
 (checkpoint averaging on the city language, part 5), and exercises 7-9. Part 1 runs transformer.py
 (lecture 5's tensor.py); parts 2 and 4 check PyTorch's conventions; part 5 trains PyTorch twins with
-city_train.py's harness in two worker processes: --seeds seeds (default 2) × a constant and a decaying lr,
-400 steps each. Runtime, measured on the project's 2-core machine with nothing else running: about 17 s
-whole process with figures (3 seeds: 19 s without them), importing torch 3 s of it (`--quick`: one seed,
-200 steps, about 15 s).
+city_train.py's harness: --seeds seeds (default 2) × a constant and a decaying lr, 400 steps each, started
+before part 1 in two worker processes (this process trains the last run once parts 1-4 are done). Runtime,
+measured on the project's 2-core machine with nothing else running: 14 s whole process with figures (median
+of 5), importing torch 3 s of it (`--quick`: one seed, about 10 s).
 
 Part 6 (§7.1's other half, exercise 11) counts the forward passes of training (one) and of generation (one
 per token), the positions computed with and without transformer.py's KV cache (n against n(n+1)/2), and
@@ -247,6 +247,7 @@ def show_label_smoothing(args):
     draw_smoothing_cost(r, args.figures)
 
 
+@common.draws_figure
 def draw_smoothing_cost(r, figures_dir):
     import matplotlib.pyplot as plt
     grid = r["grid"]
@@ -335,6 +336,7 @@ def show_lr_schedule(args):
     draw_lr_schedule(r, args.figures)
 
 
+@common.draws_figure
 def draw_lr_schedule(r, figures_dir):
     import matplotlib.pyplot as plt
     show = r["steps"] <= 100_000
@@ -420,7 +422,7 @@ def train_and_average(model: dict, training: dict, ks=()) -> tuple:
 
 def checkpoint_averaging(seeds=(0, 1, 2), n_layers: int = 1, n_embd: int = 64, n_head: int = 4, steps: int = 400,
                          lr: float = 3e-3, checkpoint_every: int = 50, ks=(2, 3, 4, 5, None), decayed: bool = True,
-                         workers: int = 2, progress: str | None = None) -> dict:
+                         workers: int | None = None, progress: str | None = None) -> dict:
     """For each seed (it draws both the initial weights and the batches): a Pre-LN DecoderLM on the city
     language at a CONSTANT lr with a checkpoint every `checkpoint_every` steps, and (decayed=True) the same
     run with the lr decaying linearly to 0. Test excess of the last checkpoint, of the average of the last k
@@ -430,6 +432,17 @@ def checkpoint_averaging(seeds=(0, 1, 2), n_layers: int = 1, n_embd: int = 64, n
     Only seeds[0]'s runs are scored at every checkpoint (its table and figure); the others only at the end,
     which is all the summary needs (an evaluation costs as much as 6-8 training steps, and changes no bits).
     """
+    return start_checkpoint_averaging(seeds=seeds, n_layers=n_layers, n_embd=n_embd, n_head=n_head, steps=steps,
+                                      lr=lr, checkpoint_every=checkpoint_every, ks=ks, decayed=decayed,
+                                      workers=workers, progress=progress)()
+
+
+def start_checkpoint_averaging(seeds=(0, 1, 2), n_layers: int = 1, n_embd: int = 64, n_head: int = 4,
+                               steps: int = 400, lr: float = 3e-3, checkpoint_every: int = 50,
+                               ks=(2, 3, 4, 5, None), decayed: bool = True, workers: int | None = None,
+                               progress: str | None = None, here: int = 0):
+    """checkpoint_averaging's runs, started in worker processes; the function it returns waits for them and
+    returns checkpoint_averaging's result (here: city_train.start_many's)."""
     seeds = list(seeds)
     specs = []
     for i, seed in enumerate(seeds):
@@ -438,35 +451,39 @@ def checkpoint_averaging(seeds=(0, 1, 2), n_layers: int = 1, n_embd: int = 64, n
         specs.append(dict(model=model_args, training=dict(training, checkpoint_every=checkpoint_every), ks=ks))
         if decayed:
             specs.append(dict(model=model_args, training=dict(training, schedule="linear")))
-    results = city_train.train_many(specs, workers=workers, progress=progress, fn=train_and_average)
-    per_seed = 1 + decayed
-    runs = []
-    for i, seed in enumerate(seeds):
-        constant, averaged = results[per_seed * i]
-        if dict(n_layers=n_layers, n_embd=n_embd, n_head=n_head) == CITY_MODEL and lr == CITY_LR:
-            _CITY_RUNS[seed, steps] = constant   # bit for bit what city_model would train (tested)
-        excess_at = {step: test for step, _, test in constant.curve}   # None where it was not scored
-        decayed_run = results[per_seed * i + 1][0] if decayed else None
-        runs.append(dict(seed=seed, checkpoints=[(step, excess_at.get(step)) for step, _ in constant.checkpoints],
-                         last=constant.final_excess, averaged=averaged,
-                         constant_curve=[(s, t) for s, _, t in constant.curve],
-                         decayed=decayed_run.final_excess if decayed else None,
-                         decayed_curve=[(s, t) for s, _, t in decayed_run.curve] if decayed else None))
-    n = len(runs[0]["checkpoints"])
-    rows = [dict(name="last", k=None, excess=[r["last"] for r in runs])]
-    rows += [dict(name="average", k=k, excess=[r["averaged"][k] for r in runs]) for k in runs[0]["averaged"]]
-    if decayed:
-        rows.append(dict(name="decayed", k=None, excess=[r["decayed"] for r in runs]))
-    for row in rows:   # paired with its own seed's last checkpoint: the seeds differ more than the methods do
-        row["vs_last"] = [e - r["last"] for e, r in zip(row["excess"], runs)]
-        row["beats_last"] = sum(d < 0 for d in row["vs_last"])
-        row["spread"], row["vs_last_spread"] = spread(row["excess"]), spread(row["vs_last"])
-    return dict(seeds=seeds, n_layers=n_layers, n_embd=n_embd, n_head=n_head, steps=steps, lr=lr,
-                checkpoint_every=checkpoint_every, n_checkpoints=n, runs=runs, rows=rows,
-                # seeds[0]'s run, under the names the table and the figure use
-                checkpoints=runs[0]["checkpoints"], last=runs[0]["last"], averaged=runs[0]["averaged"],
-                constant_curve=runs[0]["constant_curve"], decayed=runs[0]["decayed"],
-                decayed_curve=runs[0]["decayed_curve"])
+    wait = city_train.start_many(specs, workers=workers, progress=progress, fn=train_and_average, here=here)
+
+    def result() -> dict:
+        results = wait()
+        per_seed = 1 + decayed
+        runs = []
+        for i, seed in enumerate(seeds):
+            constant, averaged = results[per_seed * i]
+            if dict(n_layers=n_layers, n_embd=n_embd, n_head=n_head) == CITY_MODEL and lr == CITY_LR:
+                _CITY_RUNS[seed, steps] = constant   # bit for bit what city_model would train (tested)
+            excess_at = {step: test for step, _, test in constant.curve}   # None where it was not scored
+            decayed_run = results[per_seed * i + 1][0] if decayed else None
+            runs.append(dict(seed=seed, checkpoints=[(step, excess_at.get(step)) for step, _ in constant.checkpoints],
+                             last=constant.final_excess, averaged=averaged,
+                             constant_curve=[(s, t) for s, _, t in constant.curve],
+                             decayed=decayed_run.final_excess if decayed else None,
+                             decayed_curve=[(s, t) for s, _, t in decayed_run.curve] if decayed else None))
+        n = len(runs[0]["checkpoints"])
+        rows = [dict(name="last", k=None, excess=[r["last"] for r in runs])]
+        rows += [dict(name="average", k=k, excess=[r["averaged"][k] for r in runs]) for k in runs[0]["averaged"]]
+        if decayed:
+            rows.append(dict(name="decayed", k=None, excess=[r["decayed"] for r in runs]))
+        for row in rows:   # paired with its own seed's last checkpoint: the seeds differ more than the methods do
+            row["vs_last"] = [e - r["last"] for e, r in zip(row["excess"], runs)]
+            row["beats_last"] = sum(d < 0 for d in row["vs_last"])
+            row["spread"], row["vs_last_spread"] = spread(row["excess"]), spread(row["vs_last"])
+        return dict(seeds=seeds, n_layers=n_layers, n_embd=n_embd, n_head=n_head, steps=steps, lr=lr,
+                    checkpoint_every=checkpoint_every, n_checkpoints=n, runs=runs, rows=rows,
+                    # seeds[0]'s run, under the names the table and the figure use
+                    checkpoints=runs[0]["checkpoints"], last=runs[0]["last"], averaged=runs[0]["averaged"],
+                    constant_curve=runs[0]["constant_curve"], decayed=runs[0]["decayed"],
+                    decayed_curve=runs[0]["decayed_curve"])
+    return result
 
 
 def spread(values) -> tuple[float, float, float]:
@@ -474,12 +491,17 @@ def spread(values) -> tuple[float, float, float]:
     return float(np.median(values)), float(min(values)), float(max(values))
 
 
-def show_checkpoint_averaging(args):
+def start_part5(args):
     # --quick: one seed. Shorter runs would not do: the last 5 checkpoints of a 200-step run span a part of the
     # curve that still falls steeply, and their average loses to the last checkpoint
     seeds = list(range(args.seed, args.seed + (1 if args.quick else args.seeds)))
-    with common.stopwatch() as elapsed:
-        r = checkpoint_averaging(seeds=seeds, progress="part 5")
+    # this process trains the last run once parts 1-4 are done, beside the workers
+    return start_checkpoint_averaging(seeds=seeds, progress="part 5", here=1)
+
+
+def show_checkpoint_averaging(args):
+    r, seconds = common.finish(args, 5, start_part5)
+    seeds = r["seeds"]
     steps, every, n, first, many = r["steps"], r["checkpoint_every"], r["n_checkpoints"], seeds[0], len(seeds) > 1
     common.header(5, "§7.6", f"Checkpoint averaging at a constant lr of {r['lr']:g}")
     common.note(f"A {r['n_layers']}-layer Pre-LN DecoderLM (d = {r['n_embd']}, h = {r['n_head']}, Adam, batch 8 × 32, "
@@ -527,10 +549,12 @@ def show_checkpoint_averaging(args):
                 "checkpoints\ncancels that jitter, at no training cost. Averaging from early in training drags in "
                 "weights that were still poor.")
     runs = len(seeds) * (1 + (r["decayed"] is not None))
-    common.timing(f"part 5: {runs} runs in 2 worker processes, {elapsed():.1f} s")
+    common.timing(f"part 5: {runs} runs, one in this process and the others in worker processes, done {seconds:.1f} s after "
+                  "they started (with part 1, when all parts run)")
     draw_checkpoint_averaging(r, args.figures)
 
 
+@common.draws_figure
 def draw_checkpoint_averaging(r, figures_dir):
     import matplotlib.pyplot as plt
     from matplotlib.ticker import NullFormatter, ScalarFormatter
@@ -742,7 +766,7 @@ def _marked(window: np.ndarray, prompt_len: int) -> str:
 
 
 def show_generation(args):
-    steps = 200 if args.quick else 400          # part 5's run length, quick or not
+    steps = 400   # part 5's run length, quick or not: part 6 writes with part 5's constant-lr model
     with common.stopwatch() as elapsed:
         city_model(args.seed, steps)
     train_time = elapsed()
@@ -816,4 +840,5 @@ PARTS = {1: show_teacher_forcing, 2: show_label_smoothing, 3: show_lr_schedule, 
          5: show_checkpoint_averaging, 6: show_generation}
 
 if __name__ == "__main__":
-    common.main(__doc__, PARTS, seeds=2)  # 3 seeds of part 5 take 19 s here, over the 15 s budget
+    # part 5's workers train while parts 1-4 compute; 2 seeds fit the 15 s budget here (--seeds N for more)
+    common.main(__doc__, PARTS, seeds=2, start_first={5: start_part5})

@@ -202,6 +202,7 @@ def show_flops(args):
     draw_flops_vs_n(args.figures)
 
 
+@common.draws_figure
 def draw_flops_vs_n(figures_dir, cfg=GPT2_SMALL):
     import matplotlib.pyplot as plt
     ns = 2 ** np.arange(6, 17)
@@ -374,6 +375,7 @@ def show_activation_memory(args, p_dropout: float = 0.1):
     draw_activation_memory(r, args.figures)
 
 
+@common.draws_figure
 def draw_activation_memory(r: dict, figures_dir):
     import matplotlib.pyplot as plt
     d, h, a, b = r["d"], r["h"], r["a"], r["b"]

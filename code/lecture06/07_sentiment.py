@@ -40,7 +40,7 @@ from tensor import Tensor, no_grad
 N_EMBD, N_HEAD, P_DROPOUT = 32, 4, 0.1
 LR, BATCH_SIZE, STEPS, QUICK_STEPS = 2e-2, 64, 200, 100   # Adam; lr decays linearly to 0
 PARITY_STEPS = 20
-WORKERS = 2                                  # processes that train the seeds' models side by side
+WORKERS = threads.WORKERS                    # processes that train the seeds' models side by side
 MODELS = {"Transformer, no positions": False, "Transformer, learned positions": True}
 ROUNDING = 1e-12   # float64 rounding through one layer is ~1e-15: a pair difference below this is "equal"
 # Other float kernels (OPENBLAS_CORETYPE=Sandybridge against Haswell) change a model trained 200 steps by up
@@ -343,6 +343,7 @@ def show_accuracy(args):
     draw_accuracy(r, args.figures)
 
 
+@common.draws_figure
 def draw_accuracy(r: dict, figures_dir):
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(7, 3.6))
@@ -452,6 +453,7 @@ def show_attention(args):
     draw_attention(s, args.figures)
 
 
+@common.draws_figure
 def draw_attention(s: dict, figures_dir):
     import matplotlib.pyplot as plt
     r = s["per_seed"][0]

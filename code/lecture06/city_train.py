@@ -8,7 +8,8 @@ test excess in milli-nats per token over the exact lower bound that only a known
     result = train(model, steps=400, lr=6e-3, warmup=100, seed=0)           # seed: the batches
     result.final_excess, result.best_excess, result.curve                   # mnat/token over the bound
     result = run(model=dict(n_layers=2, seed=0), training=dict(lr=1e-3, seed=0))   # the two lines in one
-    results = train_many([dict(model=..., training=...), ...])              # run() each, 2 worker processes
+    results = train_many([dict(model=..., training=...), ...])              # run() each, one worker process per core
+    wait = start_many([...]); ...; results = wait()                         # the same, this process free meanwhile
 
 Every run uses one torch thread (threads.py says why), and this module is the one place that enforces it
 for training: a run gives the same bits alone, in a loop or in a worker process.
@@ -213,14 +214,27 @@ def run(model: dict, training: dict) -> TrainResult:
     return train(build_model(**model), **training)
 
 
-def train_many(runs: list, workers: int = 2, progress: str | None = None, fn=None) -> list:
-    """run(**r) for every r = dict(model=..., training=...) in runs, in `workers` processes (1: in this
-    process, in order). Each run uses one thread, so the results are bit-identical either way; they come
+def train_many(runs: list, workers: int | None = None, progress: str | None = None, fn=None) -> list:
+    """run(**r) for every r = dict(model=..., training=...) in runs, in `workers` processes (None: threads.WORKERS,
+    one per core; 1: in this process, in order). Each run uses one thread, so the results are bit-identical either way; they come
     back in the order of runs. fn: a module-level function to call instead of run, one that also does in
     the worker what would otherwise follow in this process one run after another (scoring checkpoints)."""
-    fn = fn or run
-    if workers <= 1 or len(runs) <= 1:
-        return [fn(**r) for r in runs]
+    return start_many(runs, workers, progress, fn)()
+
+
+def start_many(runs: list, workers: int | None = None, progress: str | None = None, fn=None, here: int = 0):
+    """train_many in two halves: start the runs in worker processes and return at once a function that waits
+    for them and returns train_many's result. Meanwhile this process is free: a script computes its other
+    parts while its workers train.
+
+    here: how many runs (the last ones) this process trains itself, when the function is called, instead of
+    idling while it waits. A script that computed its other parts first then shares the cores with the
+    workers for only that long (04: 7 runs as 3 + 3 + 1 finish in the time of 3.5, not of 4).
+    With workers=1 every run happens in this process, when the function is called."""
+    fn, workers = fn or run, threads.WORKERS if workers is None else workers
+    if workers <= 1 or len(runs) <= max(1, here):
+        return lambda: [fn(**r) for r in runs]
+    away, home = runs[:len(runs) - here], runs[len(runs) - here:]
     # fork starts a worker in a fraction of a second, spawn re-imports torch (seconds). Forking a process
     # that has used OpenMP threads is safe here because a run uses one thread: torch then never enters
     # an OpenMP parallel region. macOS and Windows cannot fork safely, so they spawn.
@@ -230,16 +244,23 @@ def train_many(runs: list, workers: int = 2, progress: str | None = None, fn=Non
     # Frozen, the objects that exist now (300,000 after importing torch) are skipped by every collection in the
     # workers, which then train about 10% faster and share more memory with this process.
     gc.freeze()
-    with multiprocessing.get_context(method).Pool(min(workers, len(runs)), initializer=torch.set_num_threads,
-                                                  initargs=(1,)) as pool:
-        pending = [pool.apply_async(fn, kwds=r) for r in runs]
-        results = []
-        for i, p in enumerate(pending):
-            results.append(p.get())
+    pool = multiprocessing.get_context(method).Pool(min(workers, len(away)), initializer=torch.set_num_threads,
+                                                    initargs=(1,))
+    pending = [pool.apply_async(fn, kwds=r) for r in away]
+
+    def results() -> list:
+        try:
+            ours = [fn(**r) for r in home]
+            done = []
+            for i, p in enumerate(pending):
+                done.append(p.get())
+                if progress is not None:
+                    _status(f"{progress}: {i + 1 + len(home)}/{len(runs)} runs done")
             if progress is not None:
-                _status(f"{progress}: {i + 1}/{len(runs)} runs done")
-        if progress is not None:
-            _status("")
-    gc.unfreeze()
+                _status("")
+            return done + ours
+        finally:
+            pool.terminate()
+            gc.unfreeze()
     return results
 

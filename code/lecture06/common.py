@@ -20,8 +20,10 @@ from __future__ import annotations
 import threads  # noqa: F401  (first: one BLAS thread, set before numpy loads)
 
 import argparse
+import functools
 import gc
 import importlib.util
+import inspect
 import math
 import os
 import statistics
@@ -102,6 +104,19 @@ def stopwatch():
     yield _Elapsed()
 
 
+def _start(start, args):
+    with stopwatch() as elapsed:
+        wait = start(args)
+    return wait, elapsed
+
+
+def finish(args, number: int, start):
+    """(result, wall-clock seconds since it started) of the work that main started for part `number` before
+    the first part ran (main's start_first); started here if it was not (a test calling a show function)."""
+    wait, elapsed = getattr(args, "started", {}).pop(number, None) or _start(start, args)
+    return wait(), elapsed()
+
+
 def median_time(f, repeats: int, warmup: int = 0, budget: float = math.inf) -> tuple[float, float]:
     """(wall-clock, CPU) median seconds of f() over up to `repeats` calls after `warmup` uncounted ones,
     stopping early once `budget` wall-clock seconds are spent (at least one counted call)."""
@@ -114,6 +129,21 @@ def median_time(f, repeats: int, warmup: int = 0, budget: float = math.inf) -> t
         wall.append(elapsed())
         cpu.append(elapsed.cpu())
     return statistics.median(wall), statistics.median(cpu)
+
+
+def draws_figure(draw):
+    """Decorates a `draw_*(..., figures_dir)`: with figures_dir None (--quick, --no-figures) it returns None at
+    once, so a run that writes no figure neither imports matplotlib (0.5 s) nor draws one."""
+    signature = inspect.signature(draw)
+
+    @functools.wraps(draw)
+    def draw_if_wanted(*args, **kwargs):
+        if signature.bind(*args, **kwargs).arguments.get("figures_dir") is None:
+            return None
+        import matplotlib
+        matplotlib.use("Agg")  # files only, no display: before pyplot's first import
+        return draw(*args, **kwargs)
+    return draw_if_wanted
 
 
 def save_figure(fig, name: str, figures_dir: str | None):
@@ -185,14 +215,17 @@ def parse_args(doc: str, part_numbers, argv=None, seeds: int = 3):
     return args
 
 
-def main(doc: str, parts: dict, argv=None, uses_torch: bool = True, seeds: int = 3):
+def main(doc: str, parts: dict, argv=None, uses_torch: bool = True, seeds: int = 3, start_first=None):
     """Run the selected parts. parts: {number: callable(args) -> None} that computes, prints and draws.
 
     uses_torch=False: the script never touches torch, so seeding skips importing it (about 2 s).
+    start_first: {number: start(args) -> wait} for a part that trains in worker processes: main starts it
+    before the first part runs, the part's show calls finish(args, number, start), and the workers train
+    while this process computes the parts before it.
     """
     args = parse_args(doc, parts.keys(), argv, seeds)
-    import matplotlib
-    matplotlib.use("Agg")
+    args.started = {number: _start(start, args) for number, start in (start_first or {}).items()
+                    if args.part in (None, number)}
     title = (doc or "").strip().splitlines()[0] if doc else ""
     print(title)
     print(f"seed {args.seed}{' · quick' if args.quick else ''}")
