@@ -3,12 +3,19 @@ so no plain import). pytest.ini puts code/lecture06 on the path; `paths` adds le
 
 Under pytest-xdist (`make test`: -n auto --dist loadgroup) a module's tests run on one worker, so that a
 module-scoped fixture (a training run over three seeds) is computed once, not once on every worker; and the
-groups that take longest start first, so that no worker is left alone with one of them at the end."""
+groups that take longest start first, so that no worker is left alone with one of them at the end. There each
+worker has its share of the cores: a fixture trains its runs in the worker itself, one after another (threads.WORKERS,
+here 1 on two cores), not in processes of its own that would share a core with the other worker, which cost
+~10% more CPU. The scripts' quick runs inherit the setting."""
+import os
+
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
+    os.environ.setdefault("LECTURE06_WORKERS", str(max(1, (os.cpu_count() or 1)
+                                                       // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
 import threads  # noqa: F401  (first: one BLAS thread, set before any test module loads numpy, as in the scripts)
 
 import importlib.metadata
 import importlib.util
-import os
 import sys
 
 import pytest
@@ -38,10 +45,10 @@ def load_script(name: str):
     return module
 
 
-# The longest groups, longest first: test modules that train over seeds, then test_outputs' quick runs of the
-# scripts that train (one xdist_group per script), run there under torch's slower generic kernels
-LONGEST_FIRST = ("test_04_residual_layernorm", "05", "07", "04", "test_05_training_recipe", "test_07_sentiment",
-                 "test_transformer")
+# The longest groups, longest first: the fixtures that train over seeds (test_04's two have a group each), then
+# test_outputs' quick runs of the scripts that train (one xdist_group per script), under torch's slower generic kernels
+LONGEST_FIRST = ("test_04 400 steps", "test_04 100 steps", "05", "07", "04", "test_05_training_recipe",
+                 "test_07_sentiment", "test_transformer")
 
 
 def _group(item) -> str:

@@ -108,6 +108,8 @@ def test_pre_ln_has_a_final_layernorm():                                    # S5
 
 # ---- Part 4 · S5.4-d..g, over seeds 0, 1, 2 -----------------------------------------------------------------
 SEEDS = (0, 1, 2)
+# Each fixture's tests in an xdist group of their own: the two trainings run on different workers at once
+EARLY, FULL = pytest.mark.xdist_group("test_04 100 steps"), pytest.mark.xdist_group("test_04 400 steps")
 
 
 @pytest.fixture(scope="module")
@@ -126,23 +128,27 @@ def full():
                                 seeds=SEEDS, steps=400)
 
 
+@EARLY
 def test_post_ln_without_warmup_stays_at_the_unigram_level_at_every_seed(early):      # S5.4-e
     assert m.stability_claims(early)["fails", "Post-LN", m.LARGE_LR, 0] == (3, 3)
     unigram = early["baselines"]["unigram"]
     assert all(0.95 * unigram < run["final"] < 1.1 * unigram for run in early["runs"] if run["lr"] == m.LARGE_LR)
 
 
+@EARLY
 def test_both_train_at_the_small_lr_at_every_seed(early):                             # S5.4-d
     claims = m.stability_claims(early)
     assert claims["trains", "Post-LN", m.SMALL_LR, 0] == claims["trains", "Pre-LN", m.SMALL_LR, 0] == (3, 3)
 
 
+@FULL
 def test_pre_ln_trains_without_warmup_and_post_ln_with_it_at_every_seed(full):         # S5.4-f, S5.4-g
     claims = m.stability_claims(full)
     assert claims["trains", "Pre-LN", m.LARGE_LR, 0] == claims["trains", "Post-LN", m.LARGE_LR, m.WARMUP] == (3, 3)
     assert all(run["final"] < 0.6 * full["baselines"]["bigram"] for run in full["runs"])
 
 
+@FULL
 def test_warmed_up_post_ln_climbs_back_further_than_pre_ln_at_every_seed(full):       # S5.4-f "unstable"
     assert m.stability_claims(full)["climbs more", m.WARMUP] == (3, 3)
     climbs = {placement: [run["climb"] for run in full["runs"] if run["placement"] == placement]
@@ -160,10 +166,15 @@ def test_worst_climb_and_window_means_on_a_known_curve():
     assert m.worst_climb(sorted(curve, reverse=True), 50) == 0.0
 
 
-def test_the_summary_counts_what_the_runs_show(early, full):
+@EARLY
+def test_the_summary_counts_what_the_small_lr_runs_show(early):
     small = m.stability_summary(early)
     assert any(f"lr {m.SMALL_LR:g}: Post-LN trains" in line and "in 3 of 3 seeds, Pre-LN in 3 of 3 seeds" in line
                for line in small)
+
+
+@FULL
+def test_the_summary_counts_what_the_large_lr_runs_show(full):
     large = m.stability_summary(full)
     assert any("Post-LN trains in 3 of 3 seeds, but unstably" in line
                and "climbs back further than Pre-LN's (no warmup) in 3 of 3 seeds" in line for line in large)
