@@ -208,7 +208,8 @@ def test_checkpoint_averaging_bookkeeping():
     """Tiny runs: the rows pair every seed with its own last checkpoint, the averages scored in the workers
     equal those scored here, and only the first seed is scored at every checkpoint."""
     import city_train
-    r = m.checkpoint_averaging(seeds=(3, 4), n_embd=16, n_head=2, steps=20, checkpoint_every=4, ks=(2, None))
+    r = m.checkpoint_averaging(seeds=(3, 4), n_embd=16, n_head=2, steps=20, checkpoint_every=4, ks=(2, None),
+                               workers=2)
     assert [row["name"] for row in r["rows"]] == ["last", "average", "average", "decayed"]
     assert [row["k"] for row in r["rows"]] == [None, 2, 5, None]
     for row in r["rows"]:

@@ -109,7 +109,8 @@ def test_train_many_after_the_parent_used_several_threads_does_not_hang():
                "for _ in range(10): a @ a\n"
                "import city_train\n"
                "model, training = dict(n_layers=1, n_embd=16, n_head=2), dict(steps=4, eval_every=2)\n"
-               "runs = city_train.train_many([dict(model=model, training=dict(training, seed=s)) for s in (0, 1)])\n"
+               "runs = city_train.train_many([dict(model=model, training=dict(training, seed=s)) for s in (0, 1)],\n"
+               "                             workers=2)\n"
                "print(len(runs))\n") % LECTURE06
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -51,3 +51,11 @@ def test_a_python_without_the_packages_is_told_what_to_run():
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert "lacks numpy, torch, matplotlib, tabulate" in done.stderr and "make all" in done.stderr
+
+
+@pytest.mark.parametrize("workers, expected", [("3", "3"), ("0", "at least 1"), ("two", "at least 1")])
+def test_lecture06_workers_sets_the_training_processes_or_is_refused_with_what_it_must_be(workers, expected):
+    done = subprocess.run([sys.executable, "-c", "import threads; print(threads.WORKERS)"], cwd=LECTURE06,
+                          capture_output=True, text=True, env={**os.environ, "LECTURE06_WORKERS": workers})
+    assert expected in (done.stdout if done.returncode == 0 else done.stderr)
+    assert (done.returncode == 0) == (workers == "3")
