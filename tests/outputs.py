@@ -9,15 +9,21 @@ on the CPU's float kernels; the scripts' tests assert what those lines show, ove
 from __future__ import annotations
 
 import glob
+import json
 import os
 import re
+import select
+import signal
 import subprocess
 import sys
+import tempfile
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 GOLDEN = os.path.join(ROOT, "tests", "golden")
 SCRIPTS = sorted(glob.glob(os.path.join(ROOT, "code", "lecture06", "0[1-7]_*.py")))
+PRELOADED = os.path.join(ROOT, "tests", "preloaded.py")
 TIMER, KERNELS = "⏱", "⚙"
+TIMEOUT = 300   # seconds for one quick run
 NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w])")
 
 
@@ -25,15 +31,54 @@ def script_id(path: str) -> str:
     return os.path.basename(path)[:2]
 
 
+def _quick_argv(path: str, seed: int, part: int | None) -> list[str]:
+    return [path, "--quick", "--no-figures", "--seed", str(seed)] + ([] if part is None else ["--part", str(part)])
+
+
+def _failed(path: str, code: int, stderr: str) -> RuntimeError:
+    return RuntimeError(f"{os.path.basename(path)} failed (exit {code}):\n{stderr[-3000:]}")
+
+
 def run_quick(path: str, seed: int = 0, env: dict | None = None, part: int | None = None) -> str:
     """The script's stdout from `--quick --no-figures --seed SEED [--part PART]`, run from a foreign
     directory, with `env` added to the environment (e.g. other float kernels: ATEN_CPU_CAPABILITY=default)."""
-    result = subprocess.run([sys.executable, path, "--quick", "--no-figures", "--seed", str(seed)]
-                            + ([] if part is None else ["--part", str(part)]),
-                            capture_output=True, text=True, cwd="/", timeout=300, env={**os.environ, **(env or {})})
+    result = subprocess.run([sys.executable] + _quick_argv(path, seed, part), capture_output=True, text=True,
+                            cwd="/", timeout=TIMEOUT, env={**os.environ, **(env or {})})
     if result.returncode != 0:
-        raise RuntimeError(f"{os.path.basename(path)} failed (exit {result.returncode}):\n{result.stderr[-3000:]}")
+        raise _failed(path, result.returncode, result.stderr)
     return result.stdout
+
+
+_preloaded = {}   # environment -> its tests/preloaded.py process
+
+
+def run_quick_preloaded(path: str, env: dict, seed: int = 0) -> str:
+    """run_quick(path, seed, env), forked from a process that imported numpy and torch in that environment
+    (tests/preloaded.py, one per environment and pytest process): the same output for ~5 s less CPU per run.
+    Where fork is not safe with torch loaded (macOS, Windows) it is run_quick."""
+    if not sys.platform.startswith("linux"):
+        return run_quick(path, seed, env)
+    key = tuple(sorted(env.items()))
+    server = _preloaded.get(key)
+    if server is None or server.poll() is not None:
+        server = _preloaded[key] = subprocess.Popen(
+            [sys.executable, PRELOADED], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            env={**os.environ, **env}, start_new_session=True)   # a session: a timeout kills it and its child
+    with tempfile.TemporaryDirectory() as tmp:
+        out, err = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
+        server.stdin.write(json.dumps(dict(argv=_quick_argv(path, seed, None), stdout=out, stderr=err)) + "\n")
+        server.stdin.flush()
+        if not select.select([server.stdout], [], [], TIMEOUT)[0]:
+            os.killpg(server.pid, signal.SIGKILL)
+            raise TimeoutError(f"{os.path.basename(path)} --quick did not finish in {TIMEOUT} s")
+        answer = server.stdout.readline()
+        if not answer:
+            raise RuntimeError(f"tests/preloaded.py died (exit {server.wait()}) running {os.path.basename(path)}")
+        with open(out, encoding="utf-8") as f_out, open(err, encoding="utf-8") as f_err:
+            stdout, stderr = f_out.read(), f_err.read()
+    if int(answer) != 0:
+        raise _failed(path, int(answer), stderr)
+    return stdout
 
 
 def without_timings(text: str) -> list[str]:

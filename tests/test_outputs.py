@@ -5,7 +5,8 @@ than the ones `make golden` used (torch's generic ones on two threads, another O
   float kernels: only ⏱ (timings) and ⚙ (kernel-dependent digits) may move. On a mismatch the test reruns the
   script on this machine's own kernels to say which of the two failed;
 - another seed moves the numbers of a part that draws random numbers (one cheap part per script, in process).
-Each script's run happens once, on one xdist worker (its tests share an xdist_group). That ⚙ lines repeat
+Each script's run happens once, on one xdist worker (its tests share an xdist_group), forked from a process
+that imported numpy and torch on those kernels once per worker (outputs.run_quick_preloaded). That ⚙ lines repeat
 bit for bit on one machine is tested where they are made (test_city_train, test_07_sentiment).
 """
 import os
@@ -14,7 +15,7 @@ import platform
 import pytest
 
 from conftest import load_script
-from outputs import SCRIPTS, golden_path, normalise, run_quick, script_id, section
+from outputs import SCRIPTS, golden_path, normalise, run_quick, run_quick_preloaded, script_id, section
 
 
 def other_kernels() -> dict:
@@ -47,7 +48,7 @@ _runs = {}
 def run(path: str) -> str:
     """The script's quick output on other float kernels, run once."""
     if path not in _runs:
-        _runs[path] = run_quick(path, 0, other_kernels())
+        _runs[path] = run_quick_preloaded(path, other_kernels())
     return _runs[path]
 
 
