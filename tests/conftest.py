@@ -52,10 +52,10 @@ def load_script(name: str):
     return module
 
 
-# The longest groups, longest first: the fixtures that train over seeds (test_04's two have a group each), then
-# test_outputs' quick runs of the scripts that train (one xdist_group per script), under torch's slower generic kernels
-LONGEST_FIRST = ("test_04 400 steps", "test_04 100 steps", "05", "07", "04", "test_05_training_recipe",
-                 "test_07_sentiment", "test_transformer")
+# The longest groups, longest first: the fixtures that train over seeds (test_04's two have a group each), and
+# test_outputs' quick runs of every script, under torch's slower generic kernels
+LONGEST_FIRST = ("test_04 400 steps", "test_04 75 steps", "test_outputs", "test_07_sentiment",
+                 "test_05_training_recipe", "test_transformer")
 
 
 def _group(item) -> str:

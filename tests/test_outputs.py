@@ -5,8 +5,8 @@ than the ones `make golden` used (torch's generic ones on two threads, another O
   float kernels: only ⏱ (timings) and ⚙ (kernel-dependent digits) may move. On a mismatch the test reruns the
   script on this machine's own kernels to say which of the two failed;
 - another seed moves the numbers of a part that draws random numbers (one cheap part per script, in process).
-Each script's run happens once, on one xdist worker (its tests share an xdist_group), forked from a process
-that imported numpy and torch on those kernels once per worker (outputs.run_quick_preloaded). That ⚙ lines repeat
+Each script runs once. All run on one xdist worker (the module is one xdist_group), each forked from one process
+that imported numpy and torch on those kernels once (outputs.run_quick_preloaded). That ⚙ lines repeat
 bit for bit on one machine is tested where they are made (test_city_train, test_07_sentiment).
 """
 import os
@@ -52,8 +52,7 @@ def run(path: str) -> str:
     return _runs[path]
 
 
-@pytest.fixture(params=[pytest.param(p, id=script_id(p), marks=pytest.mark.xdist_group(script_id(p)))
-                        for p in SCRIPTS])
+@pytest.fixture(params=[pytest.param(p, id=script_id(p)) for p in SCRIPTS])
 def script_path(request):
     return request.param
 
