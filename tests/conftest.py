@@ -77,6 +77,8 @@ def pytest_collection_finish(session):
         raise pytest.UsageError(
             f"pytest-xdist {importlib.metadata.version('pytest-xdist')} cannot group tests under pytest "
             f"{pytest.__version__}: install requirements.txt's versions (make test does)")
+    # What exists now (modules, torch's 300,000 objects) lives to the end: no garbage collection need walk it again
+    gc.freeze()
 
 
 @pytest.fixture
