@@ -96,3 +96,13 @@ def test_other_seed_moves_random_numbers_only(script_id_, capsys):
     else:
         ours = section(other, part)
         assert ours and ours != section(first, part), f"a different seed changed nothing in part {part}"
+
+
+@pytest.mark.parametrize("ending, shown", [("raise SystemExit('09: the data set is missing')", "data set is missing"),
+                                           ("raise ValueError('deep inside')", "ValueError: deep inside")])
+def test_a_script_that_fails_in_the_preloaded_process_reports_its_exit_and_error(tmp_path, ending, shown):
+    script = tmp_path / "09_fails.py"
+    script.write_text(f"print('part 1 printed')\n{ending}\n")
+    with pytest.raises(RuntimeError, match=r"09_fails.py failed \(exit 1\)") as failure:
+        run_quick_preloaded(str(script), other_kernels())
+    assert shown in str(failure.value)
