@@ -5,8 +5,9 @@ part 4 trains 6-layer models on the city language (city_train.py): at the first 
 whose fate is the same at every seed (both placements at the small lr, Post-LN without warmup at the large
 one), at --seeds seeds (default 2) the two whose comparison needs the spread. The runs start before part 1,
 in two worker processes, and this process trains the last one once parts 1-3 are done. Runtime on the
-project's 2-core machine (AMD EPYC, ~31 ms per training step): 54 s whole process with figures (median of 3),
-a 400-step run ~13 s of CPU (`--quick`: two runs of 100 steps, about 9 s).
+project's 2-core machine (AMD EPYC, ~31 ms per training step): 54-63 s whole process with figures (medians
+of 3 an hour apart: the machine's speed drifts), a 400-step run ~13 s of CPU (`--quick`: two runs of 100
+steps, 9-12 s).
 
     python code/lecture06/04_residual_layernorm.py [--part N] [--seed S] [--seeds N] [--quick] [--no-figures]
 """

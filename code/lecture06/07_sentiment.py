@@ -17,9 +17,10 @@ count is marked ⚙ unless every seed decides it, either way, by more than other
 trained model (TIPPING). The seeds' models start training before Part 1, in 2 forked processes, one BLAS
 thread each, and this process trains the last one once Part 1 is done; Part 3 reuses Part 2's models.
 PyTorch appears only in Part 1; everything else trains with tensor.py.
-Runtime on the project's idle 2-core machine: 15.7 s whole process with figures at the default 2 seeds
-(median of 3; the same machine gave 16.8 s before the training overlapped Part 1): four models of 4.5 s of
-CPU each, the imports, and torch.optim's first use in Part 1 (it imports torch._dynamo, about 2 s).
+Runtime on the project's idle 2-core machine: 14 s whole process with figures at the default 2 seeds
+(median of 3; 15.7 s before threads.py kept glibc from returning tensor.py's temporaries to the kernel on every
+step): four models of ~3.5 s of CPU each, the imports, and torch.optim's first use in Part 1 (it imports
+torch._dynamo, about 2 s).
 """
 from __future__ import annotations
 
