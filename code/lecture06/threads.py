@@ -22,7 +22,6 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # torch's default thread count; torch_threads(n) changes it
 
 
-
 def _keep_freed_memory():
     """By default glibc returns the top of its heap to the kernel as soon as it is free, so the large numpy
     temporaries of a training step (tensor.py's: hundreds of KB each) come back as fresh pages, zeroed by the
