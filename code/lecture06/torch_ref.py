@@ -145,10 +145,10 @@ class TransformerLayer(nn.Module):
                  activation: str = "gelu"):
         super().__init__()
         self.pre_ln = pre_ln
-        self.ln_1 = LayerNorm(n_embd, ln_eps)
-        self.ln_2 = LayerNorm(n_embd, ln_eps)
-        self.attention = MultiHeadAttention(n_embd, n_head, causal, p_dropout, bias)
-        self.ff = FeedForward(n_embd, middle_dim, p_dropout, bias, activation)
+        self.ln_1 = LayerNorm(n_embd, eps=ln_eps)
+        self.ln_2 = LayerNorm(n_embd, eps=ln_eps)
+        self.attention = MultiHeadAttention(n_embd, n_head, causal=causal, p_dropout=p_dropout, bias=bias)
+        self.ff = FeedForward(n_embd, middle_dim=middle_dim, p_dropout=p_dropout, bias=bias, activation=activation)
 
     def forward(self, x, pad_mask=None):
         if self.pre_ln:
@@ -169,9 +169,10 @@ class DecoderLM(nn.Module):
         self.token_embeddings = Embedding(n_vocab, n_embd)
         self.position_embeddings = Embedding(n_positions, n_embd) if positions == "learned" else None
         self.dropout = Dropout(p_dropout)
-        self.layers = nn.ModuleList(TransformerLayer(n_embd, n_head, p_dropout, ln_eps, bias, causal, pre_ln,
-                                                     middle_dim) for _ in range(n_layers))
-        self.ln = LayerNorm(n_embd, ln_eps) if pre_ln else None
+        self.layers = nn.ModuleList(TransformerLayer(n_embd, n_head, p_dropout=p_dropout, ln_eps=ln_eps, bias=bias,
+                                                     causal=causal, pre_ln=pre_ln, middle_dim=middle_dim)
+                                    for _ in range(n_layers))
+        self.ln = LayerNorm(n_embd, eps=ln_eps) if pre_ln else None
         self.lm_head = None if tie_weights else Linear(n_embd, n_vocab, bias=False)
 
     def embed(self, idx):
@@ -208,8 +209,8 @@ class EncoderLayer(TransformerLayer):
     def __init__(self, n_embd: int, n_head: int, p_dropout: float = 0.1, ln_eps: float = 1e-5,
                  bias: bool = True, pre_ln: bool = False, middle_dim: int | None = None,
                  activation: str = "relu"):
-        super().__init__(n_embd, n_head, p_dropout, ln_eps, bias, causal=False, pre_ln=pre_ln,
-                         middle_dim=middle_dim, activation=activation)
+        super().__init__(n_embd, n_head, p_dropout=p_dropout, ln_eps=ln_eps, bias=bias, causal=False,
+                         pre_ln=pre_ln, middle_dim=middle_dim, activation=activation)
 
 
 class DecoderLayer(nn.Module):
@@ -218,12 +219,12 @@ class DecoderLayer(nn.Module):
                  activation: str = "relu"):
         super().__init__()
         self.pre_ln = pre_ln
-        self.ln_1 = LayerNorm(n_embd, ln_eps)
-        self.ln_2 = LayerNorm(n_embd, ln_eps)
-        self.ln_3 = LayerNorm(n_embd, ln_eps)
-        self.attention = MultiHeadAttention(n_embd, n_head, True, p_dropout, bias)
-        self.cross_attention = MultiHeadAttention(n_embd, n_head, False, p_dropout, bias)
-        self.ff = FeedForward(n_embd, middle_dim, p_dropout, bias, activation)
+        self.ln_1 = LayerNorm(n_embd, eps=ln_eps)
+        self.ln_2 = LayerNorm(n_embd, eps=ln_eps)
+        self.ln_3 = LayerNorm(n_embd, eps=ln_eps)
+        self.attention = MultiHeadAttention(n_embd, n_head, causal=True, p_dropout=p_dropout, bias=bias)
+        self.cross_attention = MultiHeadAttention(n_embd, n_head, causal=False, p_dropout=p_dropout, bias=bias)
+        self.ff = FeedForward(n_embd, middle_dim=middle_dim, p_dropout=p_dropout, bias=bias, activation=activation)
 
     def forward(self, y, memory, src_pad_mask=None, tgt_pad_mask=None):
         if self.pre_ln:
@@ -262,11 +263,12 @@ class EncoderDecoder(nn.Module):
         self.token_embeddings = Embedding(n_vocab, n_embd, std=n_embd ** -0.5)
         self.encoder_dropout = Dropout(p_dropout)
         self.decoder_dropout = Dropout(p_dropout)
-        layer_args = (n_embd, n_head, p_dropout, ln_eps, bias, pre_ln, middle_dim, activation)
-        self.encoder_layers = nn.ModuleList(EncoderLayer(*layer_args) for _ in range(n_layers))
-        self.encoder_ln = LayerNorm(n_embd, ln_eps) if pre_ln else None
-        self.decoder_layers = nn.ModuleList(DecoderLayer(*layer_args) for _ in range(n_layers))
-        self.decoder_ln = LayerNorm(n_embd, ln_eps) if pre_ln else None
+        layer_options = dict(p_dropout=p_dropout, ln_eps=ln_eps, bias=bias, pre_ln=pre_ln, middle_dim=middle_dim,
+                             activation=activation)
+        self.encoder_layers = nn.ModuleList(EncoderLayer(n_embd, n_head, **layer_options) for _ in range(n_layers))
+        self.encoder_ln = LayerNorm(n_embd, eps=ln_eps) if pre_ln else None
+        self.decoder_layers = nn.ModuleList(DecoderLayer(n_embd, n_head, **layer_options) for _ in range(n_layers))
+        self.decoder_ln = LayerNorm(n_embd, eps=ln_eps) if pre_ln else None
 
     def embed(self, ids):
         x = self.token_embeddings(ids) * math.sqrt(self.n_embd)

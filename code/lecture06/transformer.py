@@ -4,8 +4,14 @@ Not one line of backward is written here: every module is a composition of tenso
 (add, sub, mul, exp, log, sigmoid, matmul, sum, max, view, permute, contiguous, embedding), so
 autodiff differentiates all of it. torch_ref.py is the PyTorch twin with the same names.
 
-What follows which part of the notes (and of the paper, Vaswani et al. 2017):
-- softmax, logsumexp, softmax_loss ... §9.1 (max subtracted; softmax_loss = logsumexp(z) - z_y)
+The file in reading order, each section under a ruler, with the part of the notes (and of the paper,
+Vaswani et al. 2017) it follows:
+- set_seed, MASK_VALUE ............... the two random generators; the one mask convention (below)
+- logsumexp, softmax, gelu ........... §9.1 (max subtracted; tanh GELU as x·sigmoid(2u))
+- sinusoidal_frequencies, _positions . §4.2
+- softmax_loss, lm_loss .............. §9.1 HW3 Problem 1 (logsumexp(z) - z_y), next-token loss with ignore_index
+- check_sizes, check_pad_mask ........ the checks behind the modules' error messages
+- Parameter, Module .................. named parameters, train/eval, parameter counts
 - Linear, Embedding, Dropout ......... §4.1, §7.2 (inverted dropout; identity in eval mode)
 - LayerNorm .......................... §5.3 (biased variance, eps inside the sqrt, like torch)
 - MultiHeadAttention ................. §2.2-§2.3, §3.1-§3.3 (causal / pad masks, cross-attention)
@@ -14,14 +20,15 @@ What follows which part of the notes (and of the paper, Vaswani et al. 2017):
 - DecoderLM .......................... §6.3 (GPT-2 / HW3: embeddings -> dropout -> N layers -> LN -> head)
 - EncoderLayer, DecoderLayer ......... §3.3, §6.1 (the paper's layers: Post-LN and ReLU by default)
 - EncoderDecoder ..................... §1.1, §4.1, §4.4, §6.1-§6.2, §7.1 (the paper's model, teacher forcing)
-- KVCache, generate .................. §2.3, §7.6, exercise 11 (greedy / sampled decoding, one token per step)
-- sinusoidal_positions ............... §4.2
+- KVCache, Generation ................ §2.3, §7.6, exercise 11 (what generate() keeps and returns)
+- SGD, Adam, noam_lr ................. §7.5 (Adam as torch.optim.Adam; the paper's learning rate)
 
 Masks, written down once: an additive mask holds 0 where a query may look and MASK_VALUE (-1e9)
 where it may not. In float64, exp(-1e9 - m) is exactly 0, and a fully masked row still gets finite
 weights summing to 1 instead of nan (a real -inf would give nan; notes §2.3). They are uniform only if
 its scores are equal: float64 keeps s - 1e9 apart for different s (float32 would round them together).
 """
+
 from __future__ import annotations
 
 import math
@@ -33,6 +40,8 @@ import numpy as np
 import paths  # noqa: F401  (makes lecture 5's tensor.py importable)
 from tensor import Tensor, embedding, no_grad
 
+
+# ---- seeds and the mask value --------------------------------------------------------------------
 MASK_VALUE = -1e9
 
 # One generator for parameter initialisation and one for dropout masks; set_seed resets both.
@@ -46,7 +55,7 @@ def set_seed(seed: int):
     _dropout_rng = np.random.default_rng(seed + 1_000_003)
 
 
-# ---- functions --------------------------------------------------------------------------------
+# ---- functions: softmax, GELU, sinusoidal positions (§9.1, §4.2) ---------------------------------
 def logsumexp(x: Tensor, dim: int = -1) -> Tensor:
     """log Σ exp(x) along dim, keepdims. The max is subtracted first so nothing overflows.
 
@@ -62,35 +71,6 @@ def softmax(x: Tensor, dim: int = -1) -> Tensor:
     would lose it to rounding in logsumexp ≈ m: a row of -1e9 would give 0.2499999990, not 1/4)."""
     shifted = x - x.max(axis=dim, keepdims=True)     # the max is a constant (see logsumexp)
     return (shifted - shifted.exp().sum(axis=dim, keepdims=True).log()).exp()
-
-
-def softmax_loss(logits: Tensor, target) -> Tensor:
-    """HW3 Problem 1: per-example cross-entropy logsumexp(z) - z_y.
-
-    Args:
-        logits: (N, C)
-        target: (N,) integer class ids
-    Returns:
-        loss: (N,); its gradient with respect to logits is softmax(z) - onehot(y)
-    """
-    target = np.asarray(target)
-    if logits.ndim != 2 or target.shape != logits.shape[:1]:
-        raise ValueError(f"softmax_loss: expected logits (N, C) and target (N,), "
-                         f"got {logits.shape} and {target.shape}")
-    if target.size == 0:
-        target = target.astype(np.int64)  # an empty list arrives as float64
-    if not np.issubdtype(target.dtype, np.integer):
-        raise TypeError(f"softmax_loss: target must hold integer class ids, got dtype {target.dtype} "
-                        f"(class probabilities are not supported)")
-    n_classes = logits.shape[1]
-    if target.size and (target.min() < 0 or target.max() >= n_classes):
-        raise IndexError(f"softmax_loss: target ids must lie in 0..{n_classes - 1}, "
-                         f"got min {target.min()}, max {target.max()}")
-    # z_y by lookup: the N·C logits as a table of one-number rows. (A one-hot multiply would make
-    # -inf · 0 = nan wherever a row holds an infinite logit; torch gathers too.)
-    flat = (logits if logits.is_contiguous() else logits.contiguous()).view(-1, 1)
-    picked = embedding(flat, np.arange(len(target)) * n_classes + target).view(-1)   # (N,)
-    return logsumexp(logits, dim=1).view(-1) - picked
 
 
 def gelu(x: Tensor) -> Tensor:
@@ -120,6 +100,57 @@ def sinusoidal_positions(n_positions: int, d: int, base: float = 10000.0) -> np.
     return pe
 
 
+# ---- losses (§9.1, HW3 Problem 1) ----------------------------------------------------------------
+def softmax_loss(logits: Tensor, target) -> Tensor:
+    """HW3 Problem 1: per-example cross-entropy logsumexp(z) - z_y.
+
+    Args:
+        logits: (N, C)
+        target: (N,) integer class ids
+    Returns:
+        loss: (N,); its gradient with respect to logits is softmax(z) - onehot(y)
+    """
+    target = np.asarray(target)
+    if logits.ndim != 2 or target.shape != logits.shape[:1]:
+        raise ValueError(f"softmax_loss: expected logits (N, C) and target (N,), "
+                         f"got {logits.shape} and {target.shape}")
+    if target.size == 0:
+        target = target.astype(np.int64)  # an empty list arrives as float64
+    if not np.issubdtype(target.dtype, np.integer):
+        raise TypeError(f"softmax_loss: target must hold integer class ids, got dtype {target.dtype} "
+                        f"(class probabilities are not supported)")
+    n_classes = logits.shape[1]
+    if target.size and (target.min() < 0 or target.max() >= n_classes):
+        raise IndexError(f"softmax_loss: target ids must lie in 0..{n_classes - 1}, "
+                         f"got min {target.min()}, max {target.max()}")
+    # z_y by lookup: the N·C logits as a table of one-number rows. (A one-hot multiply would make
+    # -inf · 0 = nan wherever a row holds an infinite logit; torch gathers too.)
+    flat = (logits if logits.is_contiguous() else logits.contiguous()).view(-1, 1)
+    picked = embedding(flat, np.arange(len(target)) * n_classes + target).view(-1)   # (N,)
+    return logsumexp(logits, dim=1).view(-1) - picked
+
+
+def lm_loss(logits: Tensor, targets, ignore_index: int = -100) -> Tensor:
+    """Mean next-token cross-entropy: (B, S, V) logits, (B, S) targets.
+
+    Positions whose target is ignore_index are left out, as in F.cross_entropy (same default, -100):
+    the mean is over the other positions, and the ignored ones get exactly zero gradient. Use it for
+    padding, or to train only on the target half of a decoder-only translation (notes §6.3).
+    """
+    batch_size, seq_len, n_vocab = logits.shape
+    targets = np.asarray(targets).reshape(-1)
+    keep = targets != ignore_index
+    n_kept = int(keep.sum())
+    if n_kept == 0:  # F.cross_entropy returns nan here
+        raise ValueError(f"lm_loss: every target is ignore_index={ignore_index}, so there is no position "
+                         f"to average over")
+    losses = softmax_loss(logits.view(batch_size * seq_len, n_vocab), np.where(keep, targets, 0))
+    if n_kept == targets.size:
+        return losses.mean()
+    return (losses * (keep / n_kept)).sum()   # ignored positions weigh 0: no loss, no gradient
+
+
+# ---- checks behind the error messages ------------------------------------------------------------
 def check_sizes(owner: str, **sizes):
     """Each size=(value, least allowed) must be an int (not a bool) of at least that value."""
     for name, (value, least) in sizes.items():
@@ -137,7 +168,7 @@ def check_pad_mask(pad_mask) -> np.ndarray:
     return pad_mask
 
 
-# ---- modules ---------------------------------------------------------------------------------
+# ---- Module: parameters, sub-modules, train/eval -------------------------------------------------
 class Parameter(Tensor):
     def __init__(self, data):
         super().__init__(np.array(data, dtype=np.float64), requires_grad=True)
@@ -191,6 +222,7 @@ class Module:
         return self.train(False)
 
 
+# ---- Linear, Embedding, Dropout, LayerNorm (§4.1, §7.2, §5.3) ------------------------------------
 class Linear(Module):
     """y = x W + b with W stored (in_size, out_size), as HW3 stores it; PyTorch's default init."""
 
@@ -277,45 +309,7 @@ class LayerNorm(Module):
         return centred * inv_std * self.weights + self.bias
 
 
-class KVCache:
-    """The keys and values one attention sub-layer keeps between decoding steps, so that a new token
-    costs one position's projections and FFN instead of a rerun over the whole prefix (exercise 11).
-
-    capacity=L (causal self-attention): keys (B, h, Dh, L) and values (B, h, L, Dh) at their final size.
-    A step writes its n new positions as kT + kT_new @ P, with P the (n, L) 0/1 placement matrix:
-    tensor.py has no slicing or concatenation, and 0/1 weights copy exactly. Slots not yet written are
-    masked like the future (MASK_VALUE), so they get weight exactly 0.
-    capacity=None (cross-attention): the keys and values of the encoder output, projected on the first
-    step and only read afterwards.
-    """
-
-    def __init__(self, capacity: int | None = None):
-        if capacity is not None and capacity < 1:
-            raise ValueError(f"KVCache: capacity must be >= 1 position, got {capacity}")
-        self.capacity = capacity
-        self.kT = self.v = None
-        self.length = 0                      # positions written so far (self-attention)
-
-    def write(self, kT_new: Tensor, v_new: Tensor):
-        """Append n positions: kT_new (B, h, Dh, n), v_new (B, h, n, Dh)."""
-        n_new = kT_new.shape[-1]
-        if self.length + n_new > self.capacity:
-            raise ValueError(f"KVCache: cannot write {n_new} more position(s) after {self.length}: the cache "
-                             f"holds {self.capacity}; make it with a larger capacity")
-        place = np.zeros((n_new, self.capacity))
-        place[np.arange(n_new), self.length + np.arange(n_new)] = 1.0
-        kT_placed = kT_new @ Tensor(place)                 # (B, h, Dh, n) @ (n, L) -> (B, h, Dh, L)
-        v_placed = Tensor(place.T) @ v_new                 # (L, n) @ (B, h, n, Dh) -> (B, h, L, Dh)
-        self.kT = kT_placed if self.kT is None else self.kT + kT_placed
-        self.v = v_placed if self.v is None else self.v + v_placed
-        self.length += n_new
-
-    def causal_mask(self, n_new: int) -> Tensor:
-        """(1, 1, n, L) for the n positions just written: each sees the cache up to itself."""
-        first = self.length - n_new
-        return Tensor(MASK_VALUE * np.triu(np.ones((1, 1, n_new, self.capacity)), k=first + 1))
-
-
+# ---- multi-head attention (§2.2-§2.3, §3) --------------------------------------------------------
 class MultiHeadAttention(Module):
     """softmax(q kᵀ/√Dh + mask) v in h heads, then out_projection (notes §2.2, §3)."""
 
@@ -433,6 +427,7 @@ class MultiHeadAttention(Module):
         return self.self_attention(q, cache.kT, cache.v, cache.causal_mask(x.shape[1]))
 
 
+# ---- feed-forward, the layer, the decoder-only LM (§5.1, §5.4, §6.3) -----------------------------
 ACTIVATIONS = ("gelu", "relu")
 
 
@@ -515,8 +510,8 @@ class DecoderLM(Module):
         self.token_embeddings = Embedding(n_vocab, n_embd)
         self.position_embeddings = Embedding(n_positions, n_embd) if positions == "learned" else None
         self.dropout = Dropout(p_dropout)
-        self.layers = [TransformerLayer(n_embd, n_head, p_dropout, ln_eps, bias, causal, pre_ln, middle_dim)
-                       for _ in range(n_layers)]
+        self.layers = [TransformerLayer(n_embd, n_head, p_dropout=p_dropout, ln_eps=ln_eps, bias=bias, causal=causal,
+                                        pre_ln=pre_ln, middle_dim=middle_dim) for _ in range(n_layers)]
         self.ln = LayerNorm(n_embd, eps=ln_eps) if pre_ln else None
         self.lm_head = None if tie_weights else Linear(n_embd, n_vocab, bias=False)
 
@@ -613,6 +608,7 @@ class DecoderLM(Module):
                            temperature, rng, end_id, pad_id)
 
 
+# ---- the paper's encoder-decoder (§3.3, §6.1-§6.2) -----------------------------------------------
 class EncoderLayer(TransformerLayer):
     """Encoder layer of the paper (notes §6.1): self-attention that sees the whole source (not causal,
     padded keys hidden), then the FFN. Post-LN by default as in the paper, Pre-LN with pre_ln=True;
@@ -622,8 +618,8 @@ class EncoderLayer(TransformerLayer):
     def __init__(self, n_embd: int, n_head: int, p_dropout: float = 0.1, ln_eps: float = 1e-5,
                  bias: bool = True, pre_ln: bool = False, middle_dim: int | None = None,
                  activation: str = "relu"):
-        super().__init__(n_embd, n_head, p_dropout, ln_eps, bias, causal=False, pre_ln=pre_ln,
-                         middle_dim=middle_dim, activation=activation)
+        super().__init__(n_embd, n_head, p_dropout=p_dropout, ln_eps=ln_eps, bias=bias, causal=False,
+                         pre_ln=pre_ln, middle_dim=middle_dim, activation=activation)
 
 
 class DecoderLayer(Module):
@@ -698,10 +694,11 @@ class EncoderDecoder(Module):
         self.token_embeddings = Embedding(n_vocab, n_embd, std=n_embd ** -0.5)
         self.encoder_dropout = Dropout(p_dropout)   # two modules, so each keeps its own last mask
         self.decoder_dropout = Dropout(p_dropout)
-        layer_args = (n_embd, n_head, p_dropout, ln_eps, bias, pre_ln, middle_dim, activation)
-        self.encoder_layers = [EncoderLayer(*layer_args) for _ in range(n_layers)]
+        layer_options = dict(p_dropout=p_dropout, ln_eps=ln_eps, bias=bias, pre_ln=pre_ln, middle_dim=middle_dim,
+                             activation=activation)
+        self.encoder_layers = [EncoderLayer(n_embd, n_head, **layer_options) for _ in range(n_layers)]
         self.encoder_ln = LayerNorm(n_embd, eps=ln_eps) if pre_ln else None
-        self.decoder_layers = [DecoderLayer(*layer_args) for _ in range(n_layers)]
+        self.decoder_layers = [DecoderLayer(n_embd, n_head, **layer_options) for _ in range(n_layers)]
         self.decoder_ln = LayerNorm(n_embd, eps=ln_eps) if pre_ln else None
 
     def _check_ids(self, ids, what: str, start: int = 0) -> np.ndarray:
@@ -845,7 +842,46 @@ class EncoderDecoder(Module):
             return _decode(step, limits, self.n_vocab, sample, temperature, rng, end_id, pad_id)
 
 
-# ---- decoding ----------------------------------------------------------------------------------
+# ---- decoding: the KV cache and generate's loop (§7.6, exercise 11) ------------------------------
+class KVCache:
+    """The keys and values one attention sub-layer keeps between decoding steps, so that a new token
+    costs one position's projections and FFN instead of a rerun over the whole prefix (exercise 11).
+
+    capacity=L (causal self-attention): keys (B, h, Dh, L) and values (B, h, L, Dh) at their final size.
+    A step writes its n new positions as kT + kT_new @ P, with P the (n, L) 0/1 placement matrix:
+    tensor.py has no slicing or concatenation, and 0/1 weights copy exactly. Slots not yet written are
+    masked like the future (MASK_VALUE), so they get weight exactly 0.
+    capacity=None (cross-attention): the keys and values of the encoder output, projected on the first
+    step and only read afterwards.
+    """
+
+    def __init__(self, capacity: int | None = None):
+        if capacity is not None and capacity < 1:
+            raise ValueError(f"KVCache: capacity must be >= 1 position, got {capacity}")
+        self.capacity = capacity
+        self.kT = self.v = None
+        self.length = 0                      # positions written so far (self-attention)
+
+    def write(self, kT_new: Tensor, v_new: Tensor):
+        """Append n positions: kT_new (B, h, Dh, n), v_new (B, h, n, Dh)."""
+        n_new = kT_new.shape[-1]
+        if self.length + n_new > self.capacity:
+            raise ValueError(f"KVCache: cannot write {n_new} more position(s) after {self.length}: the cache "
+                             f"holds {self.capacity}; make it with a larger capacity")
+        place = np.zeros((n_new, self.capacity))
+        place[np.arange(n_new), self.length + np.arange(n_new)] = 1.0
+        kT_placed = kT_new @ Tensor(place)                 # (B, h, Dh, n) @ (n, L) -> (B, h, Dh, L)
+        v_placed = Tensor(place.T) @ v_new                 # (L, n) @ (B, h, n, Dh) -> (B, h, L, Dh)
+        self.kT = kT_placed if self.kT is None else self.kT + kT_placed
+        self.v = v_placed if self.v is None else self.v + v_placed
+        self.length += n_new
+
+    def causal_mask(self, n_new: int) -> Tensor:
+        """(1, 1, n, L) for the n positions just written: each sees the cache up to itself."""
+        first = self.length - n_new
+        return Tensor(MASK_VALUE * np.triu(np.ones((1, 1, n_new, self.capacity)), k=first + 1))
+
+
 @dataclass
 class Generation:
     """What generate returns."""
@@ -925,26 +961,7 @@ def _decode(step, limits: np.ndarray, n_vocab: int, sample: bool, temperature: f
     return Generation(generated, lengths, logits_all, n_forward, positions)
 
 
-def lm_loss(logits: Tensor, targets, ignore_index: int = -100) -> Tensor:
-    """Mean next-token cross-entropy: (B, S, V) logits, (B, S) targets.
-
-    Positions whose target is ignore_index are left out, as in F.cross_entropy (same default, -100):
-    the mean is over the other positions, and the ignored ones get exactly zero gradient. Use it for
-    padding, or to train only on the target half of a decoder-only translation (notes §6.3).
-    """
-    batch_size, seq_len, n_vocab = logits.shape
-    targets = np.asarray(targets).reshape(-1)
-    keep = targets != ignore_index
-    n_kept = int(keep.sum())
-    if n_kept == 0:  # F.cross_entropy returns nan here
-        raise ValueError(f"lm_loss: every target is ignore_index={ignore_index}, so there is no position "
-                         f"to average over")
-    losses = softmax_loss(logits.view(batch_size * seq_len, n_vocab), np.where(keep, targets, 0))
-    if n_kept == targets.size:
-        return losses.mean()
-    return (losses * (keep / n_kept)).sum()   # ignored positions weigh 0: no loss, no gradient
-
-
+# ---- optimizers and the paper's learning rate (§7.5) ---------------------------------------------
 class SGD:
     """Plain gradient descent, for the smallest demos."""
 
