@@ -8,7 +8,7 @@ import pytest
 from conftest import load_script
 
 import city_lab
-import transformer as tf
+import transformer
 from threads import torch_threads
 
 m = load_script("05_training_recipe")
@@ -38,10 +38,10 @@ def test_teacher_forcing_one_pass_equals_one_pass_per_prefix():
 def test_teacher_forcing_needs_the_causal_mask():
     """Without the mask, position t sees the answer: the one-pass numbers would then differ."""
     r = m.teacher_forcing(seed=3)
-    tf.set_seed(3)
-    model = tf.DecoderLM(len(r["vocab"]), 16, 2, n_positions=7, n_layers=2, causal=False).eval()
+    transformer.set_seed(3)
+    model = transformer.DecoderLM(len(r["vocab"]), 16, 2, n_positions=7, n_layers=2, causal=False).eval()
     ids = np.array([[r["vocab"].index(w) for w in r["inputs"]]])
-    with tf.no_grad():
+    with transformer.no_grad():
         full = model(ids).data[0, 0]
         first = model(ids[:, :1]).data[0, 0]
     assert np.abs(full - first).max() > 1e-3
@@ -143,7 +143,7 @@ def test_lr_schedule():
     assert r["ex7_parts"]["warmup_factor"] == pytest.approx(252982, abs=0.5)
     assert r["ex7_parts"]["rsqrt_16000"] == pytest.approx(0.00791, abs=5e-6)
     assert r["step_one"] == pytest.approx(r["peak"] / 4000, rel=1e-12)
-    np.testing.assert_allclose(r["first_lrs"], [tf.noam_lr(s) for s in (1, 2, 3)], rtol=1e-12)
+    np.testing.assert_allclose(r["first_lrs"], [transformer.noam_lr(s) for s in (1, 2, 3)], rtol=1e-12)
     assert r["step_zero"]["numpy"] == 0.0
     assert r["step_zero"]["python"].startswith("ZeroDivisionError")
     assert r["step_zero"]["lambda_lr"].startswith("ZeroDivisionError")
@@ -153,14 +153,14 @@ def test_lr_schedule():
 @pytest.mark.parametrize("bad", [0, -1, np.array([0, 1])])
 def test_noam_lr_rejects_steps_outside_its_domain(bad):
     with pytest.raises(ValueError, match="step must be an integer >= 1"):
-        tf.noam_lr(bad)
+        transformer.noam_lr(bad)
 
 
 @pytest.mark.parametrize("bad,kind", [(1.0, "a float"), (1.5, "a float"), (True, "a bool"),
                                       (np.array([1.0, 2.0]), "an array of float64")])
 def test_noam_lr_given_a_float_step_says_the_float_is_the_problem(bad, kind):
     with pytest.raises(TypeError, match=rf"step must be an integer \(it counts updates, from 1\), got .*, {kind}$"):
-        tf.noam_lr(bad)
+        transformer.noam_lr(bad)
 
 
 # ---- Part 4 · §7.5 Adam's first step (S7.5-f, Ex9) -------------------------------------------------
@@ -205,11 +205,10 @@ def test_averaging_the_last_checkpoints_beats_the_last_on_every_seed(averaging):
 
 
 def test_checkpoint_averaging_bookkeeping():
-    """Tiny runs: the rows pair every seed with its own last checkpoint, the averages scored in the workers
-    equal those scored here, and only the first seed is scored at every checkpoint."""
+    """Tiny runs: the rows pair every seed with its own last checkpoint, an average is the test excess of the
+    averaged weights, and only the first seed is scored at every checkpoint, as training scores it."""
     import city_train
-    r = m.checkpoint_averaging(seeds=(3, 4), n_embd=16, n_head=2, steps=20, checkpoint_every=4, ks=(2, None),
-                               workers=2)
+    r = m.checkpoint_averaging(seeds=(3, 4), n_embd=16, n_head=2, steps=20, checkpoint_every=4, ks=(2, None))
     assert [row["name"] for row in r["rows"]] == ["last", "average", "average", "decayed"]
     assert [row["k"] for row in r["rows"]] == [None, 2, 5, None]
     for row in r["rows"]:
@@ -220,6 +219,9 @@ def test_checkpoint_averaging_bookkeeping():
     assert all(e is not None for _, e in first["checkpoints"])
     assert [e for _, e in second["checkpoints"]] == [None] * 4 + [second["last"]]
     assert r["decayed"] == first["decayed"] == first["decayed_curve"][-1][1]
+    scored_in_training = city_train.run(model=dict(n_layers=1, n_embd=16, n_head=2, seed=3),
+                                        training=dict(steps=20, lr=3e-3, seed=3, eval_every=4))
+    assert first["checkpoints"] == [(step, test) for step, _, test in scored_in_training.curve[1:]]   # bit for bit
     result = city_train.run(model=dict(n_layers=1, n_embd=16, n_head=2, seed=4),
                             training=dict(steps=20, lr=3e-3, seed=4, checkpoint_every=4))
     model = city_train.build_model(n_layers=1, n_embd=16, n_head=2, seed=4)
@@ -237,8 +239,8 @@ def test_figures_are_written(tmp_path, averaging, cost):
 
 # ---- Part 6 · §7.1, exercise 11: training is parallel, generation is serial ------------------------------
 def test_training_scores_every_position_in_one_pass_generation_needs_one_pass_per_token():
-    tf.set_seed(0)
-    model = tf.DecoderLM(city_lab.V, 16, 2, n_positions=city_lab.SEQ_LEN, n_layers=2, p_dropout=0.0)
+    transformer.set_seed(0)
+    model = transformer.DecoderLM(city_lab.V, 16, 2, n_positions=city_lab.SEQ_LEN, n_layers=2, p_dropout=0.0)
     r = m.serial_generation(model, lengths=(1, 5, 12, 31), batch=3, seed=0)
     for row in r["rows"]:
         n = row["n"]
@@ -297,7 +299,7 @@ def test_float64_copy_computes_what_the_float32_torch_model_computes():
     x = city_lab.test_set().x[:4]
     with torch.no_grad():
         theirs = original(torch.from_numpy(np.array(x))).double().numpy()
-    with tf.no_grad():
+    with transformer.no_grad():
         assert np.abs(ours(x).data - theirs).max() <= 1e-4                    # float32 rounding, nothing more
     broken = dict(original.state_dict())
     broken["lm_head.weight"] = broken.pop("lm_head.weights")

@@ -1,8 +1,7 @@
 """Script 07 (notes §9.3, §2.4, exercise 12): every claim of the notes it serves.
 
 Every training claim is asserted at seeds 0, 1, 2 (the script's default run measures the first two), on the same models
-(Transformers trained STEPS Adam steps; the script caches them, so the whole file trains six, in two
-processes). Margins are asserted well above what other float kernels change: OPENBLAS_CORETYPE=
+(Transformers trained STEPS Adam steps; runner.py keeps them, so the whole file trains six). Margins are asserted well above what other float kernels change: OPENBLAS_CORETYPE=
 Sandybridge against Haswell moves a trained model's logits by up to 1e-4 and its attention by 1e-5.
 """
 import numpy as np
@@ -88,10 +87,11 @@ def test_margins_of_a_claim(sentiment):
 
 
 def test_a_worker_trains_the_same_bits(sentiment):
-    """Models trained in the worker processes equal the ones trained here, bit for bit."""
-    runs = [(True, 7, 3), (False, 7, 3)]
-    here = [sentiment._train(*run) for run in runs]
-    there = sentiment.train_transformers(runs, workers=2)
+    """Models trained in worker processes (and sent home pickled) equal the ones trained here, bit for bit."""
+    import runner
+    runs = [dict(positions=True, seed=7, steps=3), dict(positions=False, seed=7, steps=3)]
+    here = [sentiment.train_transformer(**run) for run in runs]
+    there = runner.map(sentiment.train_transformer, runs, workers=2)
     for (a, losses_a), (b, losses_b) in zip(here, there):
         assert losses_a == losses_b
         assert all(np.array_equal(p.data, q.data) for p, q in zip(a.parameters(), b.parameters()))
@@ -104,7 +104,8 @@ def test_bad_sentence_is_explained(sentiment):
 
 def test_run_prints_every_part_and_draws(sentiment, results, tmp_path, capsys):
     import common
-    common.main(sentiment.__doc__, sentiment.PARTS, ["--figures", str(tmp_path)])   # the models are cached
+    common.main(sentiment.__doc__, sentiment.PARTS, ["--figures", str(tmp_path), "--seeds", "3"],
+                seeds=sentiment.SEEDS)   # the models of the fixtures, kept by runner.py
     out = capsys.readouterr().out
     for text in ("Part 1", "Part 2", "Part 3", "max difference over 20 steps",
                  "with learned positions, contrast all correct: 3 of 3 seeds",

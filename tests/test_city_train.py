@@ -24,17 +24,19 @@ def test_a_one_layer_model_trains_below_the_bigram_baseline():
     assert result.train_excess[0] == pytest.approx(test_excess[0], rel=0.1)
 
 
-def test_runs_are_deterministic_and_parallel_runs_equal_sequential_ones():
-    torch = pytest.importorskip("torch")
-    configs = [dict(model=dict(TINY_MODEL, seed=s), training=dict(TINY_TRAINING, seed=s)) for s in (0, 1, 0)]
+def test_runs_are_deterministic_and_runs_in_worker_processes_equal_runs_here():
+    import runner
+    import torch
+    configs = [dict(model=dict(TINY_MODEL, seed=s), training=dict(TINY_TRAINING, seed=s)) for s in (10, 11, 10)]
     threads = torch.get_num_threads()
-    parallel = city_train.train_many(configs, workers=2)
-    sequential = city_train.train_many(configs, workers=1)
+    here = [city_train.run(**config) for config in configs]
     assert torch.get_num_threads() == threads  # train() restores the caller's thread count
-    for p, s in zip(parallel, sequential):
+    runner.forget()
+    in_workers = runner.map(city_train.run, configs, workers=2)
+    for p, s in zip(in_workers, here):
         assert p.curve == s.curve and p.train_excess == s.train_excess  # bit for bit
-    assert parallel[0].curve == parallel[2].curve
-    assert parallel[0].curve != parallel[1].curve
+    assert here[0].curve == here[2].curve and here[0].curve != here[1].curve
+    assert city_train.train_many(configs) == in_workers   # kept: asked again, not trained again
 
 
 def test_inits():
@@ -109,10 +111,13 @@ def test_train_many_after_the_parent_used_several_threads_does_not_hang():
                "for _ in range(10): a @ a\n"
                "import city_train\n"
                "model, training = dict(n_layers=1, n_embd=16, n_head=2), dict(steps=4, eval_every=2)\n"
-               "runs = city_train.train_many([dict(model=model, training=dict(training, seed=s)) for s in (0, 1)],\n"
-               "                             workers=2)\n"
+               "import runner\n"
+               "runs = runner.map(city_train.run, [dict(model=model, training=dict(training, seed=s)) for s in (0, 1)],\n"
+               "                  workers=2)\n"
                "print(len(runs))\n") % LECTURE06
-    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    # -W error: Python 3.12+ warns when a process that runs threads forks; the runner must not fork it
+    done = subprocess.run([sys.executable, "-W", "error::DeprecationWarning", "-c", program], capture_output=True,
+                          text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "2"
 

@@ -12,7 +12,7 @@ from conftest import LECTURE06
 
 def refused(capsys, argv) -> str:
     with pytest.raises(SystemExit) as stop:
-        common.parse_args("Script 99", [1, 2], argv)
+        common.parse_args("Script 99", [1, 2], argv, seeds=3)
     assert stop.value.code == 2
     return capsys.readouterr().err
 
@@ -37,12 +37,19 @@ def test_figures_must_be_a_folder_checked_before_any_work(capsys, tmp_path):
 
 
 def test_quick_draws_no_figures_unless_asked_and_measures_one_seed(tmp_path):
-    quick = common.parse_args("Script 99", [1], ["--quick"])
+    quick = common.parse_args("Script 99", [1], ["--quick"], seeds=3)
     assert quick.figures is None and quick.seeds == 1
     asked = common.parse_args("Script 99", [1], ["--quick", "--figures", str(tmp_path)])
     assert asked.figures == str(tmp_path)
     full = common.parse_args("Script 99", [1], [], seeds=2)
     assert full.figures.endswith("figures") and full.seeds == 2
+
+
+def test_seeds_is_offered_only_by_a_script_that_measures_a_claim_over_seeds(capsys):
+    with pytest.raises(SystemExit):
+        common.parse_args("Script 99", [1], ["--seeds", "2"])
+    assert "unrecognized arguments: --seeds 2" in capsys.readouterr().err
+    assert not hasattr(common.parse_args("Script 99", [1], []), "seeds")
 
 
 def test_a_python_without_the_packages_is_told_what_to_run():
@@ -51,11 +58,15 @@ def test_a_python_without_the_packages_is_told_what_to_run():
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert "lacks numpy, torch, matplotlib, tabulate" in done.stderr and "make all" in done.stderr
+    helped = subprocess.run([sys.executable, "-S", os.path.join(LECTURE06, "04_residual_layernorm.py"), "--help"],
+                            capture_output=True, text=True, timeout=60)
+    assert helped.returncode == 0 and helped.stderr == ""   # --help is not an error, packages or not
+    assert "[--seeds N]" in helped.stdout and "lacks numpy" in helped.stdout
 
 
 @pytest.mark.parametrize("workers, expected", [("3", "3"), ("0", "at least 1"), ("two", "at least 1")])
 def test_lecture06_workers_sets_the_training_processes_or_is_refused_with_what_it_must_be(workers, expected):
-    done = subprocess.run([sys.executable, "-c", "import threads; print(threads.WORKERS)"], cwd=LECTURE06,
+    done = subprocess.run([sys.executable, "-c", "import runner; print(runner.WORKERS)"], cwd=LECTURE06,
                           capture_output=True, text=True, env={**os.environ, "LECTURE06_WORKERS": workers})
     assert expected in (done.stdout if done.returncode == 0 else done.stderr)
     assert (done.returncode == 0) == (workers == "3")

@@ -129,6 +129,15 @@ class Tensor:
     def detach(self) -> "Tensor":
         return Tensor(self.data)
 
+    def __getstate__(self) -> dict:
+        """A pickled tensor (a trained model sent home by a worker process) is its data and gradient; the
+        graph that computed it, closures and all, stays behind, as it would after torch.save."""
+        return {"data": self.data, "requires_grad": self.requires_grad, "grad": self.grad}
+
+    def __setstate__(self, state: dict):
+        Tensor.__init__(self, state["data"], requires_grad=state["requires_grad"])
+        self.grad = state["grad"]
+
     def _accumulate(self, grad: np.ndarray):
         """Add a contribution to .grad. The first one is kept as is, without a copy (most tensors get
         just one); it may be shared with another tensor, so a second one makes a fresh sum rather

@@ -1,13 +1,9 @@
 """Script 04 · Residuals, LayerNorm, Post-LN vs Pre-LN: gradient gain, LN vs BatchNorm, training stability.
 
 Serves notes §5.2 (part 1), §5.3 (part 2) and §5.4 (parts 3 and 4). Parts 1-3 measure at initialisation;
-part 4 trains 6-layer models on the city language (city_train.py): at the first seed the three configurations
-whose fate is the same at every seed (both placements at the small lr, Post-LN without warmup at the large
-one), at --seeds seeds (default 2) the two whose comparison needs the spread. The runs start before part 1,
-in two worker processes, and this process trains the last one once parts 1-3 are done. Runtime on the
-project's 2-core machine (AMD EPYC, ~31 ms per training step): 54-63 s whole process with figures (medians
-of 3 an hour apart: the machine's speed drifts), a 400-step run ~13 s of CPU (`--quick`: two runs of 100
-steps, 9-12 s).
+part 4 trains 6-layer models on the city language (city_train.py): at the first seed the three
+configurations whose fate is the same at every seed (both placements at the small lr, Post-LN without
+warmup at the large one), at --seeds seeds (default 2) the two whose comparison needs the spread.
 
     python code/lecture06/04_residual_layernorm.py [--part N] [--seed S] [--seeds N] [--quick] [--no-figures]
 """
@@ -16,7 +12,6 @@ from __future__ import annotations
 import common  # first: one BLAS thread before numpy loads, and lecture 5's code importable
 
 import math
-
 
 import numpy as np
 
@@ -264,22 +259,33 @@ def draw_layer_grad_norms(r, figures_dir):
 SMALL_LR, LARGE_LR, WARMUP = 1e-3, 6e-3, 100
 CONFIGS = (("Post-LN", SMALL_LR, 0), ("Pre-LN", SMALL_LR, 0),
            ("Post-LN", LARGE_LR, 0), ("Post-LN", LARGE_LR, WARMUP), ("Pre-LN", LARGE_LR, 0))
-# A run costs ~13 s of CPU here, and 8 of them would not fit the 60 s budget on 2 cores: the runs whose fate is
-# the same at every seed (both placements at the small lr, Post-LN without warmup at the large one) run at the
-# first seed only, the two whose comparison needs the spread over seeds (§5.4's "unstable") at every seed.
-# The tests assert every statement at seeds 0, 1 and 2.
-FULL = dict(configs=CONFIGS, single_seed=CONFIGS[:3], steps=400, window=50)
+# A 400-step run costs ~13 s of CPU on a 2-core machine of ours: the runs whose fate is the same at every seed
+# (both placements at the small lr, Post-LN without warmup at the large one) run at the first seed only, the
+# two whose comparison needs the spread over seeds (§5.4's "unstable") at every seed. The tests assert every
+# statement at seeds 0, 1 and 2.
+FULL = dict(configs=CONFIGS, single_seed=CONFIGS[:3], steps=400)
 # --quick: at the large lr, Post-LN fails and Pre-LN trains within 100 steps; warmup and instability need 400
-QUICK = dict(configs=(("Post-LN", LARGE_LR, 0), ("Pre-LN", LARGE_LR, 0)), steps=100, window=25)
+QUICK = dict(configs=(("Post-LN", LARGE_LR, 0), ("Pre-LN", LARGE_LR, 0)), steps=100)
+
+
+def stability_runs(configs=CONFIGS, seeds=(0, 1, 2), steps: int = 400, single_seed=(), n_layers: int = 6,
+                   n_embd: int = 64, n_head: int = 4, batch_size: int = 8, init: str = "xavier") -> list:
+    """[((placement, lr, warmup), seed, run)]: one city_train.run per configuration in `configs` and seed in
+    `seeds` (only the first seed for the configurations in `single_seed`). A run's seed draws its weights and
+    its batches; the lr is constant after the warmup; the test set is scored after the last step only."""
+    return [((placement, lr, warmup), seed,
+             dict(model=dict(n_layers=n_layers, n_embd=n_embd, n_head=n_head, pre_ln=(placement == "Pre-LN"),
+                             init=init, seed=seed),
+                  training=dict(lr=lr, warmup=warmup, steps=steps, batch_size=batch_size, eval_every=None,
+                                seed=seed)))
+            for placement, lr, warmup in configs
+            for seed in (seeds[:1] if (placement, lr, warmup) in single_seed else seeds)]
 
 
 def training_stability(configs=CONFIGS, seeds=(0, 1, 2), steps: int = 400, window: int = 50, single_seed=(),
                        n_layers: int = 6, n_embd: int = 64, n_head: int = 4, batch_size: int = 8,
-                       init: str = "xavier", workers: int | None = None, progress: str | None = None,
-                       here: int = 0) -> dict:
-    """Train one DecoderLM per (placement, lr, warmup) in `configs` and seed in `seeds` (only the first seed
-    for the configurations in `single_seed`) on the city language: Adam, the lr constant after the warmup;
-    a run's seed draws its weights and its batches.
+                       init: str = "xavier") -> dict:
+    """Train the DecoderLMs of stability_runs on the city language with Adam.
 
     Every batch is fresh data, scored before the step that trains on it, so the batch excess is held out:
     `windows` are its means over consecutive `window` steps, `climb` how far its `window`-step moving mean
@@ -288,35 +294,15 @@ def training_stability(configs=CONFIGS, seeds=(0, 1, 2), steps: int = 400, windo
     init="xavier" (the original Transformer's) makes every branch start about as large as the
     residual stream; with "gpt2" or "default" the early failure of Post-LN did not show (README).
     """
-    return start_training_stability(configs=configs, seeds=seeds, steps=steps, window=window, single_seed=single_seed,
-                                    n_layers=n_layers, n_embd=n_embd, n_head=n_head, batch_size=batch_size,
-                                    init=init, workers=workers, progress=progress, here=here)()
-
-
-def start_training_stability(configs=CONFIGS, seeds=(0, 1, 2), steps: int = 400, window: int = 50, single_seed=(),
-                             n_layers: int = 6, n_embd: int = 64, n_head: int = 4, batch_size: int = 8,
-                             init: str = "xavier", workers: int | None = None, progress: str | None = None,
-                             here: int = 0):
-    """training_stability's runs, started in worker processes; the function it returns waits for them and
-    returns training_stability's result (here: city_train.start_many's)."""
-    plan = [(config, seed) for config in configs for seed in (seeds[:1] if config in single_seed else seeds)]
-    specs = [dict(model=dict(n_layers=n_layers, n_embd=n_embd, n_head=n_head, pre_ln=(placement == "Pre-LN"),
-                             init=init, seed=seed),
-                  training=dict(lr=lr, warmup=warmup, steps=steps, batch_size=batch_size, eval_every=None,
-                                seed=seed))
-             for (placement, lr, warmup), seed in plan]
-    wait = city_train.start_many(specs, workers=workers, progress=progress, here=here)
-
-    def result() -> dict:
-        baselines = city_lab.baseline_excess_mnats()  # while the workers train
-        runs = [dict(placement=placement, lr=lr, warmup=warmup, seed=seed, final=res.final_excess,
-                     batch_excess=res.train_excess, windows=window_means(res.train_excess, window),
-                     climb=worst_climb(res.train_excess, window))
-                for ((placement, lr, warmup), seed), res in zip(plan, wait())]
-        return {"runs": runs, "configs": list(configs), "seeds": list(seeds), "steps": steps, "window": window,
-                "n_layers": n_layers, "n_embd": n_embd, "n_head": n_head, "batch_size": batch_size, "init": init,
-                "baselines": baselines}
-    return result
+    planned = stability_runs(configs, seeds, steps, single_seed, n_layers, n_embd, n_head, batch_size, init)
+    results = city_train.train_many([run for _, _, run in planned])
+    runs = [dict(placement=placement, lr=lr, warmup=warmup, seed=seed, final=result.final_excess,
+                 batch_excess=result.train_excess, windows=window_means(result.train_excess, window),
+                 climb=worst_climb(result.train_excess, window))
+            for ((placement, lr, warmup), seed, _), result in zip(planned, results)]
+    return {"runs": runs, "configs": list(configs), "seeds": list(seeds), "steps": steps, "window": window,
+            "n_layers": n_layers, "n_embd": n_embd, "n_head": n_head, "batch_size": batch_size, "init": init,
+            "baselines": city_lab.baseline_excess_mnats()}
 
 
 def window_means(excess, window: int) -> list[float]:
@@ -356,15 +342,18 @@ def _spread(values, unit: str = "") -> str:
     return f"{np.median(values):.0f}{unit} ({min(values):.0f} to {max(values):.0f}{unit})"
 
 
-def start_part4(args):
-    settings = QUICK if args.quick else FULL
-    # this process trains the last run once parts 1-3 are done, beside the workers
-    return start_training_stability(**settings, seeds=tuple(args.seed + i for i in range(args.seeds)),
-                                    progress="part 4", here=1)
+def part4_settings(args) -> dict:
+    """What part 4 trains for these command-line arguments."""
+    return dict(QUICK if args.quick else FULL, seeds=tuple(common.seeds_of(args)))
+
+
+def part4_runs(args) -> tuple:
+    """The runs show_training_stability will ask for, so that common.main can start them before part 1."""
+    return city_train.run, [run for _, _, run in stability_runs(**part4_settings(args))]
 
 
 def show_training_stability(args):
-    r, seconds = common.finish(args, 4, start_part4)
+    r = training_stability(**part4_settings(args), window=25 if args.quick else 50)
     first, window, unigram = r["seeds"][0], r["window"], r["baselines"]["unigram"]
     common.header(4, "§5.4", "Post-LN vs Pre-LN: training with and without warmup")
     common.note(f"{r['n_layers']}-layer DecoderLM, d = {r['n_embd']}, h = {r['n_head']}, {r['init']} init, no dropout; "
@@ -390,8 +379,6 @@ def show_training_stability(args):
                      kernel_dependent=True)
     for line in stability_summary(r):
         common.note(line)
-    common.timing(f"part 4: {len(r['runs'])} runs, one in this process and the others in worker processes, done "
-                  f"{seconds:.1f} s after they started (with part 1, when all parts run)")
     draw_training_curves(r, args.figures)
 
 
@@ -448,8 +435,9 @@ def draw_training_curves(r, figures_dir):
     common.save_figure(fig, "04_training_curves", figures_dir)
 
 
+SEEDS = 2   # the default of --seeds: how many seeds a training claim is counted over
 PARTS = {1: show_gradient_gain, 2: show_batch_companions, 3: show_layer_grad_norms, 4: show_training_stability}
 
 if __name__ == "__main__":
-    # part 4's workers train while parts 1-3 compute; 2 seeds fit the 60 s budget here (--seeds N for more)
-    common.main(__doc__, PARTS, seeds=2, start_first={4: start_part4})
+    # part 4's runs may train while parts 1-3 compute
+    common.main(__doc__, PARTS, seeds=SEEDS, start_early={4: part4_runs})

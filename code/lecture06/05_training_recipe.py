@@ -4,15 +4,12 @@ Serves notes §7.1 (teacher forcing, part 1), §7.3 (label smoothing and its exa
 language, part 2), §7.5 (the learning-rate formula, part 3; Adam's first step, part 4) and §7.6
 (checkpoint averaging on the city language, part 5), and exercises 7-9. Part 1 runs transformer.py
 (lecture 5's tensor.py); parts 2 and 4 check PyTorch's conventions; part 5 trains PyTorch twins with
-city_train.py's harness: --seeds seeds (default 2) × a constant and a decaying lr, 400 steps each, started
-before part 1 in two worker processes (this process trains the last run once parts 1-4 are done). Runtime,
-measured on the project's 2-core machine with nothing else running: 14 s whole process with figures (median
-of 5), importing torch 3 s of it (`--quick`: one seed, about 10 s).
+city_train.py's harness: --seeds seeds (default 2) × a constant and a decaying lr, 400 steps each.
 
 Part 6 (§7.1's other half, exercise 11) counts the forward passes of training (one) and of generation (one
 per token), the positions computed with and without transformer.py's KV cache (n against n(n+1)/2), and
 scores what a city-language model writes, greedy and sampled, against the language's exact distribution.
-Its model is part 5's constant-lr run at --seed (`city_model`; trained once more only with --part 6).
+Its model is part 5's constant-lr run at --seed (`city_model`).
 
     python code/lecture06/05_training_recipe.py [--part N] [--seed S] [--seeds N] [--quick] [--no-figures]
 """
@@ -22,7 +19,6 @@ import common  # first: one BLAS thread before numpy loads, and lecture 5's code
 
 import math
 
-
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -30,7 +26,7 @@ import torch.nn.functional as F
 import city_lab
 import city_train
 import tensor
-import transformer as tf
+import transformer
 from tensor import Tensor, no_grad
 
 
@@ -53,12 +49,12 @@ def teacher_forcing(n_embd: int = 16, n_head: int = 2, n_layers: int = 2, seed: 
     ids = [vocab.index(w) for w in ["<bos>"] + SENTENCE.split() + ["<eos>"]]
     inputs, targets = np.array([ids[:-1]]), np.array(ids[1:])      # (1, 7) shifted right, (7,)
     n_pred = len(targets)
-    tf.set_seed(seed)
-    model = tf.DecoderLM(len(vocab), n_embd, n_head, n_positions=n_pred, n_layers=n_layers).eval()
+    transformer.set_seed(seed)
+    model = transformer.DecoderLM(len(vocab), n_embd, n_head, n_positions=n_pred, n_layers=n_layers).eval()
 
     def log_probs(x) -> np.ndarray:                                # (1, S) ids -> (S, V)
         logits = model(x)
-        return (logits - tf.logsumexp(logits)).data[0]
+        return (logits - transformer.logsumexp(logits)).data[0]
 
     with no_grad():
         with tensor.count_ops() as ops_one:
@@ -163,7 +159,7 @@ def conventions(V: int = 10, eps: float = 0.1, correct: int = 3, seed: int = 0) 
     p_torch_measured = softmax - z.grad.numpy()[0]
     p_slides = smoothed_targets(V, eps, correct, "slides")
     zt = Tensor(z_np[None], requires_grad=True)
-    (tf.logsumexp(zt) - (zt * p_slides[None]).sum(axis=1, keepdims=True)).sum().backward()
+    (transformer.logsumexp(zt) - (zt * p_slides[None]).sum(axis=1, keepdims=True)).sum().backward()
     p_torch = smoothed_targets(V, eps, correct, "torch")
     return dict(V=V, eps=eps, correct=correct, p_torch=p_torch, p_slides=p_slides,
                 p_torch_measured=p_torch_measured,
@@ -270,10 +266,10 @@ def draw_smoothing_cost(r, figures_dir):
 
 # ---- Part 3 · §7.5 the learning-rate formula -------------------------------------------------------
 def lr_schedule(d_model: int = 512, warmup: int = 4000, last: int = 200_000) -> dict:
-    """tf.noam_lr: peak, value at 100k, the d = 1024 ratio, the argmax over steps, exercise 7, step 0."""
+    """transformer.noam_lr: peak, value at 100k, the d = 1024 ratio, the argmax over steps, exercise 7, step 0."""
     steps = np.arange(1, last + 1)
-    lr = tf.noam_lr(steps, d_model, warmup)
-    peak = tf.noam_lr(warmup, d_model, warmup)
+    lr = transformer.noam_lr(steps, d_model, warmup)
+    peak = transformer.noam_lr(warmup, d_model, warmup)
     step_zero = {}
     try:
         d_model ** -0.5 * min(0 ** -0.5, 0 * warmup ** -1.5)          # the formula typed as Python floats
@@ -282,7 +278,7 @@ def lr_schedule(d_model: int = 512, warmup: int = 4000, last: int = 200_000) -> 
     with np.errstate(divide="ignore"):
         step_zero["numpy"] = float(d_model ** -0.5 * np.minimum(np.float64(0) ** -0.5, 0 * warmup ** -1.5))
     try:
-        tf.noam_lr(0, d_model, warmup)
+        transformer.noam_lr(0, d_model, warmup)
     except ValueError as error:
         step_zero["noam_lr"] = f"ValueError: {str(error).split(';')[0]}"
     # torch's LambdaLR evaluates the factor at step 0 when it is built, before the first update
@@ -291,19 +287,19 @@ def lr_schedule(d_model: int = 512, warmup: int = 4000, last: int = 200_000) -> 
         torch.optim.lr_scheduler.LambdaLR(opt, lambda s: d_model ** -0.5 * min(s ** -0.5, s * warmup ** -1.5))
     except ZeroDivisionError as error:
         step_zero["lambda_lr"] = f"ZeroDivisionError: {error}"
-    schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: tf.noam_lr(s + 1, d_model, warmup))
+    schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: transformer.noam_lr(s + 1, d_model, warmup))
     first_lrs = []
     for _ in range(3):
         first_lrs.append(opt.param_groups[0]["lr"])
         opt.step()
         schedule.step()
     return dict(d_model=d_model, warmup=warmup, steps=steps, lr=lr, peak=peak,
-                argmax=int(steps[np.argmax(lr)]), at_100k=tf.noam_lr(100_000, d_model, warmup),
-                peak_1024=tf.noam_lr(warmup, 1024, warmup), ratio_1024=peak / tf.noam_lr(warmup, 1024, warmup),
-                lr_1024=tf.noam_lr(steps, 1024, warmup),
-                ex7={s: tf.noam_lr(s, d_model, warmup) for s in (2000, 16000)},
+                argmax=int(steps[np.argmax(lr)]), at_100k=transformer.noam_lr(100_000, d_model, warmup),
+                peak_1024=transformer.noam_lr(warmup, 1024, warmup), ratio_1024=peak / transformer.noam_lr(warmup, 1024, warmup),
+                lr_1024=transformer.noam_lr(steps, 1024, warmup),
+                ex7={s: transformer.noam_lr(s, d_model, warmup) for s in (2000, 16000)},
                 ex7_parts=dict(d_factor=d_model ** -0.5, warmup_factor=warmup ** 1.5, rsqrt_16000=16000 ** -0.5),
-                step_one=tf.noam_lr(1, d_model, warmup), step_zero=step_zero, first_lrs=first_lrs)
+                step_one=transformer.noam_lr(1, d_model, warmup), step_zero=step_zero, first_lrs=first_lrs)
 
 
 def show_lr_schedule(args):
@@ -376,9 +372,9 @@ def adam_first_step(gradients=tuple((-1) ** i * 10.0 ** e for i, e in enumerate(
         optimizer = torch.optim.Adam([theta], lr=lr, betas=betas, eps=eps)
         theta.grad = torch.from_numpy(g.copy())
         optimizer.step()
-        ours = tf.Parameter(np.zeros(len(g)))
+        ours = transformer.Parameter(np.zeros(len(g)))
         ours.grad = g.copy()
-        tf.Adam([ours], lr=lr, betas=betas, eps=eps).step()
+        transformer.Adam([ours], lr=lr, betas=betas, eps=eps).step()
         rows[eps] = dict(torch=-theta.detach().numpy() / lr, ours=-ours.data / lr, formula=g / (np.abs(g) + eps))
     return dict(lr=lr, betas=betas, epsilons=epsilons, rows=rows)
 
@@ -402,88 +398,86 @@ def show_adam_first_step(args):
 
 
 # ---- Part 5 · §7.6 checkpoint averaging -------------------------------------------------------------
-CITY_MODEL = dict(n_layers=1, n_embd=64, n_head=4)   # part 5's constant-lr run: this model, lr 3e-3
-CITY_LR = 3e-3
-_CITY_RUNS = {}   # (seed, steps) -> part 5's constant-lr run with CITY_MODEL and CITY_LR: part 6 writes with it
+CITY_MODEL = dict(n_layers=1, n_embd=64, n_head=4)   # part 5's model: 1 layer, so that its runs fit the budget
 
 
-def train_and_average(model: dict, training: dict, ks=()) -> tuple:
-    """city_train.run, then the test excess of the average of the last k checkpoints for each k in ks (None:
-    all of them). train_many calls it in its workers, so the averages are scored there, side by side."""
-    result = city_train.run(model, training)
+def constant_lr_run(seed: int, n_layers: int = 1, n_embd: int = 64, n_head: int = 4, steps: int = 400,
+                    lr: float = 3e-3, checkpoint_every: int = 50) -> dict:
+    """A city_train.run at a CONSTANT lr with a checkpoint every `checkpoint_every` steps, the test set scored
+    after the last step: part 5 averages its checkpoints, part 6 writes with its last one. The seed draws both
+    the initial weights and the batches."""
+    return dict(model=dict(n_layers=n_layers, n_embd=n_embd, n_head=n_head, seed=seed),
+                training=dict(steps=steps, lr=lr, seed=seed, eval_every=steps, checkpoint_every=checkpoint_every))
+
+
+def decaying_lr_run(seed: int, n_layers: int = 1, n_embd: int = 64, n_head: int = 4, steps: int = 400,
+                    lr: float = 3e-3, scored_every: int = 50) -> dict:
+    """The same run with the lr decaying linearly to 0, the test set scored every `scored_every` steps."""
+    return dict(model=dict(n_layers=n_layers, n_embd=n_embd, n_head=n_head, seed=seed),
+                training=dict(steps=steps, lr=lr, seed=seed, eval_every=scored_every, schedule="linear"))
+
+
+def test_excess_of(state_dicts: list, model: dict) -> float:
+    """Test excess (mnat/token) of the element-wise average of some checkpoints of a model built as `model`."""
     net = city_train.build_model(**model)
-    averaged = {}
-    for k in ks:
-        k = k or len(result.checkpoints)
-        net.load_state_dict(city_train.average_state_dicts([sd for _, sd in result.checkpoints[-k:]]))
-        averaged[k] = city_train.evaluate(net)
-    return result, averaged
+    net.load_state_dict(city_train.average_state_dicts(state_dicts))
+    return city_train.evaluate(net)
+
+
+def averaging_runs(seeds, n_layers: int = 1, n_embd: int = 64, n_head: int = 4, steps: int = 400, lr: float = 3e-3,
+                   checkpoint_every: int = 50, decayed: bool = True) -> list[dict]:
+    """Part 5's runs: constant_lr_run at every seed, then (decayed=True) decaying_lr_run at every seed, the
+    first seed's scored at every checkpoint (its curve is drawn), the others' after the last step only."""
+    sizes = dict(n_layers=n_layers, n_embd=n_embd, n_head=n_head, steps=steps, lr=lr)
+    runs = [constant_lr_run(seed, **sizes, checkpoint_every=checkpoint_every) for seed in seeds]
+    if decayed:
+        runs += [decaying_lr_run(seed, **sizes, scored_every=checkpoint_every if i == 0 else steps)
+                 for i, seed in enumerate(seeds)]
+    return runs
 
 
 def checkpoint_averaging(seeds=(0, 1, 2), n_layers: int = 1, n_embd: int = 64, n_head: int = 4, steps: int = 400,
-                         lr: float = 3e-3, checkpoint_every: int = 50, ks=(2, 3, 4, 5, None), decayed: bool = True,
-                         workers: int | None = None, progress: str | None = None) -> dict:
-    """For each seed (it draws both the initial weights and the batches): a Pre-LN DecoderLM on the city
-    language at a CONSTANT lr with a checkpoint every `checkpoint_every` steps, and (decayed=True) the same
-    run with the lr decaying linearly to 0. Test excess of the last checkpoint, of the average of the last k
-    checkpoints (k None: all of them) and of the decayed run; each one's difference from the last checkpoint
-    of its own seed, and the median, range and sign count of those differences over the seeds.
+                         lr: float = 3e-3, checkpoint_every: int = 50, ks=(2, 3, 4, 5, None),
+                         decayed: bool = True) -> dict:
+    """Train averaging_runs: for each seed a Pre-LN DecoderLM on the city language at a constant lr and
+    (decayed=True) with the lr decaying. Test excess of the last checkpoint, of the average of the last k checkpoints (k None: all of
+    them) and of the decayed run; each one's difference from the last checkpoint of its own seed, and the
+    median, range and sign count of those differences over the seeds.
 
     Only seeds[0]'s runs are scored at every checkpoint (its table and figure); the others only at the end,
-    which is all the summary needs (an evaluation costs as much as 6-8 training steps, and changes no bits).
+    which is all the summary needs (an evaluation costs as much as 6-8 training steps).
     """
-    return start_checkpoint_averaging(seeds=seeds, n_layers=n_layers, n_embd=n_embd, n_head=n_head, steps=steps,
-                                      lr=lr, checkpoint_every=checkpoint_every, ks=ks, decayed=decayed,
-                                      workers=workers, progress=progress)()
-
-
-def start_checkpoint_averaging(seeds=(0, 1, 2), n_layers: int = 1, n_embd: int = 64, n_head: int = 4,
-                               steps: int = 400, lr: float = 3e-3, checkpoint_every: int = 50,
-                               ks=(2, 3, 4, 5, None), decayed: bool = True, workers: int | None = None,
-                               progress: str | None = None, here: int = 0):
-    """checkpoint_averaging's runs, started in worker processes; the function it returns waits for them and
-    returns checkpoint_averaging's result (here: city_train.start_many's)."""
     seeds = list(seeds)
-    specs = []
+    runs = averaging_runs(seeds, n_layers, n_embd, n_head, steps, lr, checkpoint_every, decayed)
+    results = city_train.train_many(runs)
+    per_seed = []
     for i, seed in enumerate(seeds):
-        model_args = dict(n_layers=n_layers, n_embd=n_embd, n_head=n_head, seed=seed)
-        training = dict(steps=steps, lr=lr, eval_every=checkpoint_every if i == 0 else steps, seed=seed)
-        specs.append(dict(model=model_args, training=dict(training, checkpoint_every=checkpoint_every), ks=ks))
-        if decayed:
-            specs.append(dict(model=model_args, training=dict(training, schedule="linear")))
-    wait = city_train.start_many(specs, workers=workers, progress=progress, fn=train_and_average, here=here)
-
-    def result() -> dict:
-        results = wait()
-        per_seed = 1 + decayed
-        runs = []
-        for i, seed in enumerate(seeds):
-            constant, averaged = results[per_seed * i]
-            if dict(n_layers=n_layers, n_embd=n_embd, n_head=n_head) == CITY_MODEL and lr == CITY_LR:
-                _CITY_RUNS[seed, steps] = constant   # bit for bit what city_model would train (tested)
-            excess_at = {step: test for step, _, test in constant.curve}   # None where it was not scored
-            decayed_run = results[per_seed * i + 1][0] if decayed else None
-            runs.append(dict(seed=seed, checkpoints=[(step, excess_at.get(step)) for step, _ in constant.checkpoints],
-                             last=constant.final_excess, averaged=averaged,
-                             constant_curve=[(s, t) for s, _, t in constant.curve],
+        constant, model = results[i], runs[i]["model"]
+        state_dicts = [state_dict for _, state_dict in constant.checkpoints]
+        checkpoints = [(step, test_excess_of([state_dict], model) if i == 0 else None)
+                       for step, state_dict in constant.checkpoints[:-1]]
+        checkpoints.append((constant.checkpoints[-1][0], constant.final_excess))
+        averaged = {k or len(state_dicts): test_excess_of(state_dicts[-(k or len(state_dicts)):], model)
+                    for k in ks}
+        decayed_run = results[len(seeds) + i] if decayed else None
+        per_seed.append(dict(seed=seed, checkpoints=checkpoints, last=constant.final_excess, averaged=averaged,
                              decayed=decayed_run.final_excess if decayed else None,
-                             decayed_curve=[(s, t) for s, _, t in decayed_run.curve] if decayed else None))
-        n = len(runs[0]["checkpoints"])
-        rows = [dict(name="last", k=None, excess=[r["last"] for r in runs])]
-        rows += [dict(name="average", k=k, excess=[r["averaged"][k] for r in runs]) for k in runs[0]["averaged"]]
-        if decayed:
-            rows.append(dict(name="decayed", k=None, excess=[r["decayed"] for r in runs]))
-        for row in rows:   # paired with its own seed's last checkpoint: the seeds differ more than the methods do
-            row["vs_last"] = [e - r["last"] for e, r in zip(row["excess"], runs)]
-            row["beats_last"] = sum(d < 0 for d in row["vs_last"])
-            row["spread"], row["vs_last_spread"] = spread(row["excess"]), spread(row["vs_last"])
-        return dict(seeds=seeds, n_layers=n_layers, n_embd=n_embd, n_head=n_head, steps=steps, lr=lr,
-                    checkpoint_every=checkpoint_every, n_checkpoints=n, runs=runs, rows=rows,
-                    # seeds[0]'s run, under the names the table and the figure use
-                    checkpoints=runs[0]["checkpoints"], last=runs[0]["last"], averaged=runs[0]["averaged"],
-                    constant_curve=runs[0]["constant_curve"], decayed=runs[0]["decayed"],
-                    decayed_curve=runs[0]["decayed_curve"])
-    return result
+                             decayed_curve=[(s, e) for s, _, e in decayed_run.curve] if decayed else None))
+    n = len(per_seed[0]["checkpoints"])
+    rows = [dict(name="last", k=None, excess=[r["last"] for r in per_seed])]
+    rows += [dict(name="average", k=k, excess=[r["averaged"][k] for r in per_seed]) for k in per_seed[0]["averaged"]]
+    if decayed:
+        rows.append(dict(name="decayed", k=None, excess=[r["decayed"] for r in per_seed]))
+    for row in rows:   # paired with its own seed's last checkpoint: the seeds differ more than the methods do
+        row["vs_last"] = [e - r["last"] for e, r in zip(row["excess"], per_seed)]
+        row["beats_last"] = sum(d < 0 for d in row["vs_last"])
+        row["spread"], row["vs_last_spread"] = spread(row["excess"]), spread(row["vs_last"])
+    first = per_seed[0]
+    return dict(seeds=seeds, n_layers=n_layers, n_embd=n_embd, n_head=n_head, steps=steps, lr=lr,
+                checkpoint_every=checkpoint_every, n_checkpoints=n, runs=per_seed, rows=rows,
+                # seeds[0]'s run, under the names the table and the figure use
+                checkpoints=first["checkpoints"], last=first["last"], averaged=first["averaged"],
+                decayed=first["decayed"], decayed_curve=first["decayed_curve"])
 
 
 def spread(values) -> tuple[float, float, float]:
@@ -491,16 +485,19 @@ def spread(values) -> tuple[float, float, float]:
     return float(np.median(values)), float(min(values)), float(max(values))
 
 
-def start_part5(args):
+def part5_seeds(args) -> list[int]:
     # --quick: one seed. Shorter runs would not do: the last 5 checkpoints of a 200-step run span a part of the
     # curve that still falls steeply, and their average loses to the last checkpoint
-    seeds = list(range(args.seed, args.seed + (1 if args.quick else args.seeds)))
-    # this process trains the last run once parts 1-4 are done, beside the workers
-    return start_checkpoint_averaging(seeds=seeds, progress="part 5", here=1)
+    return common.seeds_of(args)[:1] if args.quick else common.seeds_of(args)
+
+
+def part5_runs(args) -> tuple:
+    """The runs show_checkpoint_averaging will ask for, so that common.main can start them before part 1."""
+    return city_train.run, averaging_runs(part5_seeds(args))
 
 
 def show_checkpoint_averaging(args):
-    r, seconds = common.finish(args, 5, start_part5)
+    r = checkpoint_averaging(seeds=part5_seeds(args))
     seeds = r["seeds"]
     steps, every, n, first, many = r["steps"], r["checkpoint_every"], r["n_checkpoints"], seeds[0], len(seeds) > 1
     common.header(5, "§7.6", f"Checkpoint averaging at a constant lr of {r['lr']:g}")
@@ -548,9 +545,6 @@ def show_checkpoint_averaging(args):
     common.note("At a constant lr the weights keep being pulled around by the latest batches; averaging the last few "
                 "checkpoints\ncancels that jitter, at no training cost. Averaging from early in training drags in "
                 "weights that were still poor.")
-    runs = len(seeds) * (1 + (r["decayed"] is not None))
-    common.timing(f"part 5: {runs} runs, one in this process and the others in worker processes, done {seconds:.1f} s after "
-                  "they started (with part 1, when all parts run)")
     draw_checkpoint_averaging(r, args.figures)
 
 
@@ -559,7 +553,7 @@ def draw_checkpoint_averaging(r, figures_dir):
     import matplotlib.pyplot as plt
     from matplotlib.ticker import NullFormatter, ScalarFormatter
     fig, (ax, seeds_ax) = plt.subplots(1, 2, figsize=(10.4, 3.9), gridspec_kw=dict(width_ratios=(1.6, 1)))
-    ax.plot(*zip(*r["constant_curve"][1:]), "o-", ms=4, color="tab:blue",
+    ax.plot(*zip(*r["checkpoints"]), "o-", ms=4, color="tab:blue",
             label=f"constant lr {r['lr']:g}: the checkpoints")
     if r["decayed_curve"] is not None:
         ax.plot(*zip(*r["decayed_curve"][1:]), "s--", ms=3, color="tab:green", label="lr decaying linearly to 0")
@@ -598,23 +592,19 @@ def draw_checkpoint_averaging(r, figures_dir):
 
 
 # ---- Part 6 · §7.1, exercise 11 training is parallel, generation is serial -------------------------------
-def city_model(seed: int, steps: int = 400) -> city_train.TrainResult:
-    """Part 5's constant-lr run (a 1-layer Pre-LN DecoderLM, d = 64, lr 3e-3, float32 torch_ref, batches and
-    initial weights from `seed`): the one part 5 trained, if it ran in this process, else trained now (once
-    per (seed, steps)); its last checkpoint holds the final weights."""
-    if (seed, steps) not in _CITY_RUNS:
-        _CITY_RUNS[seed, steps] = city_train.run(
-            model=dict(CITY_MODEL, seed=seed),
-            training=dict(steps=steps, lr=CITY_LR, seed=seed, eval_every=steps, checkpoint_every=steps))
-    return _CITY_RUNS[seed, steps]
+def city_model(seed: int) -> city_train.TrainResult:
+    """Part 5's constant-lr run at `seed` (a 1-layer Pre-LN DecoderLM, d = 64, lr 3e-3, 400 steps, float32
+    torch_ref): the one part 5 trained, if it ran (runner.py keeps it), else trained now; its last checkpoint
+    holds the final weights."""
+    return city_train.train_many([constant_lr_run(seed)])[0]
 
 
-def float64_copy(state_dict: dict, n_head: int = CITY_MODEL["n_head"]) -> tf.DecoderLM:
+def float64_copy(state_dict: dict, n_head: int = CITY_MODEL["n_head"]) -> transformer.DecoderLM:
     """transformer.DecoderLM (float64, tensor.py) holding the weights of a city_train model (float32,
     torch_ref): both name their parameters alike, so each tensor is copied by name, its shape checked."""
     n_embd = state_dict["token_embeddings.weights"].shape[1]
     n_layers = len({k.split(".")[1] for k in state_dict if k.startswith("layers.")})
-    ours = tf.DecoderLM(city_lab.V, n_embd, n_head, n_positions=city_lab.SEQ_LEN, n_layers=n_layers, p_dropout=0.0)
+    ours = transformer.DecoderLM(city_lab.V, n_embd, n_head, n_positions=city_lab.SEQ_LEN, n_layers=n_layers, p_dropout=0.0)
     names = [n for n, _ in ours.named_parameters()]
     if sorted(names) != sorted(state_dict):
         raise ValueError(f"float64_copy: parameter names differ:\n ours:  {names}\n torch: {list(state_dict)}")
@@ -626,7 +616,7 @@ def float64_copy(state_dict: dict, n_head: int = CITY_MODEL["n_head"]) -> tf.Dec
     return ours.eval()
 
 
-def _count_forwards(model: tf.Module) -> list:
+def _count_forwards(model: transformer.Module) -> list:
     """From now on, append to the returned list once per forward pass of model."""
     calls, forward = [], model.forward
 
@@ -637,7 +627,7 @@ def _count_forwards(model: tf.Module) -> list:
     return calls
 
 
-def serial_generation(model: tf.DecoderLM, lengths=(8, 16, 31), batch: int = 16, seed: int = 0) -> dict:
+def serial_generation(model: transformer.DecoderLM, lengths=(8, 16, 31), batch: int = 16, seed: int = 0) -> dict:
     """Generate n tokens after <bos> for each n in lengths (batch rows, sampled at T = 1, seeded), with and
     without the KV cache: forward passes (counted, and Generation.n_forward), positions run through the model
     (Generation.positions_computed) and time, one run each. Then teacher forcing: one forward over the
@@ -717,11 +707,12 @@ def score_against_the_language(windows: np.ndarray, prompt_len: int) -> dict:
                 repeated=repeated / max(sentences, 1))
 
 
-def generation_quality(seed: int = 0, steps: int = 400, n_windows: int = 64, prompt_len: int = 6) -> dict:
+def generation_quality(seed: int = 0, n_windows: int = 64, prompt_len: int = 6) -> dict:
     """Continue the first sentence (<bos> NAME lives in CITY .) of n_windows test stories to SEQ_LEN tokens
-    with the float64 copy of city_model(seed, steps), greedy and sampled (T = 1, rng seeded by `seed`), and
+    with the float64 copy of city_model(seed), greedy and sampled (T = 1, rng seeded by `seed`), and
     score each text against the language; the test windows' own continuations are the reference."""
-    weights = city_model(seed, steps).checkpoints[-1][1]
+    trained = city_model(seed)
+    weights = trained.checkpoints[-1][1]
     ours = float64_copy(weights)
     test = city_lab.test_set()
     windows = np.concatenate([test.x, test.y[:, -1:]], axis=1)[:n_windows, :city_lab.SEQ_LEN]  # (N, 32) from <bos>
@@ -736,8 +727,8 @@ def generation_quality(seed: int = 0, steps: int = 400, n_windows: int = 64, pro
         theirs = torch.log_softmax(original(torch.from_numpy(windows[:8])).double(), dim=-1).numpy()
     with no_grad():
         logits = ours(windows[:8])
-        mine = (logits - tf.logsumexp(logits)).data
-    return dict(seed=seed, steps=steps, excess=city_model(seed, steps).final_excess, n_windows=n_windows,
+        mine = (logits - transformer.logsumexp(logits)).data
+    return dict(seed=seed, steps=trained.checkpoints[-1][0], excess=trained.final_excess, n_windows=n_windows,
                 prompt_len=prompt_len, n_new=n_new, float32_vs_float64=float(np.abs(theirs - mine).max()),
                 language=score_against_the_language(windows, prompt_len),
                 greedy=score_against_the_language(texts["greedy"], prompt_len),
@@ -766,13 +757,11 @@ def _marked(window: np.ndarray, prompt_len: int) -> str:
 
 
 def show_generation(args):
-    steps = 400   # part 5's run length, quick or not: part 6 writes with part 5's constant-lr model
-    with common.stopwatch() as elapsed:
-        city_model(args.seed, steps)
-    train_time = elapsed()
-    s = serial_generation(float64_copy(city_model(args.seed, steps).checkpoints[-1][1]),
+    # part 5's 400-step constant-lr model, quick or not
+    s = serial_generation(float64_copy(city_model(args.seed).checkpoints[-1][1]),
                           lengths=(8, 31) if args.quick else (8, 16, 31), batch=16, seed=args.seed)
-    q = generation_quality(seed=args.seed, steps=steps, n_windows=32 if args.quick else 64)
+    q = generation_quality(seed=args.seed, n_windows=32 if args.quick else 64)
+    steps = q["steps"]
     common.header(6, "§7.1, exercise 11", "Training is parallel, generation is serial")
     B, longest = s["batch"], s["rows"][-1]
     common.note(f"Part 5's constant-lr model ({steps} steps, float32 torch_ref) copied into transformer.DecoderLM "
@@ -833,12 +822,12 @@ def show_generation(args):
                 "per token: sampling at T = 1 also draws\nthe small probability the model leaves on impossible tokens, "
                 "and one of them derails the story. Greedy decoding's price is repetition:\nat 400 steps it repeats "
                 "sentences more often than the language does (tests/test_05_training_recipe.py, 3 seeds).")
-    common.timing(f"part 6: training the model {train_time:.1f} s (the same run as part 5's constant-lr one)")
 
 
+SEEDS = 2   # the default of --seeds: how many seeds a training claim is counted over
 PARTS = {1: show_teacher_forcing, 2: show_label_smoothing, 3: show_lr_schedule, 4: show_adam_first_step,
          5: show_checkpoint_averaging, 6: show_generation}
 
 if __name__ == "__main__":
-    # part 5's workers train while parts 1-4 compute; 2 seeds fit the 15 s budget here (--seeds N for more)
-    common.main(__doc__, PARTS, seeds=2, start_first={5: start_part5})
+    # part 5's runs may train while parts 1-4 compute
+    common.main(__doc__, PARTS, seeds=SEEDS, start_early={5: part5_runs})

@@ -14,23 +14,17 @@ Part 3 · §9.3  attention in "the plot was good but the acting was bad": the we
 Parts 2 and 3 train the Transformers at --seeds seeds (default 2: --seed, --seed+1, ...), print
 the first seed's tables and the spread over the seeds, and count at how many seeds each claim holds. A
 count is marked ⚙ unless every seed decides it, either way, by more than other float kernels move a
-trained model (TIPPING). The seeds' models start training before Part 1, in 2 forked processes, one BLAS
-thread each, and this process trains the last one once Part 1 is done; Part 3 reuses Part 2's models.
-PyTorch appears only in Part 1; everything else trains with tensor.py.
-Runtime on the project's idle 2-core machine: 14 s whole process with figures at the default 2 seeds
-(median of 3; 15.7 s before threads.py kept glibc from returning tensor.py's temporaries to the kernel on every
-step): four models of ~3.5 s of CPU each, the imports, and torch.optim's first use in Part 1 (it imports
-torch._dynamo, about 2 s).
+trained model (TIPPING). Part 3 looks at Part 2's models. PyTorch appears only in Part 1; everything else
+trains with tensor.py.
 """
 from __future__ import annotations
 
 import common  # first: one BLAS thread before numpy loads, and lecture 5's code importable
 
 import functools
-import multiprocessing
-import sys
 
 import numpy as np
+import runner
 import threads
 import transformer
 import reviews
@@ -41,7 +35,6 @@ from tensor import Tensor, no_grad
 N_EMBD, N_HEAD, P_DROPOUT = 32, 4, 0.1
 LR, BATCH_SIZE, STEPS, QUICK_STEPS = 2e-2, 64, 200, 100   # Adam; lr decays linearly to 0
 PARITY_STEPS = 20
-WORKERS = threads.WORKERS                    # processes that train the seeds' models side by side
 MODELS = {"Transformer, no positions": False, "Transformer, learned positions": True}
 ROUNDING = 1e-12   # float64 rounding through one layer is ~1e-15: a pair difference below this is "equal"
 # Other float kernels (OPENBLAS_CORETYPE=Sandybridge against Haswell) change a model trained 200 steps by up
@@ -94,7 +87,7 @@ def adam_step(model, optimizer, data, rows) -> float:
     return loss.item()
 
 
-def _train(positions: bool, seed: int, steps: int) -> tuple:
+def train_transformer(positions: bool, seed: int, steps: int) -> tuple:
     """Train one SentimentTransformer with our Adam on lecture 5's training set -> (model, losses)."""
     transformer.set_seed(seed)
     model = SentimentTransformer(positions).train()
@@ -107,60 +100,15 @@ def _train(positions: bool, seed: int, steps: int) -> tuple:
     return model.eval(), losses
 
 
-_trained = {}   # (positions, seed, steps) -> (model, losses): Part 3 reuses Part 2's models, tests reuse both
+def transformer_runs(seeds, steps: int, positions=tuple(MODELS.values())) -> list[dict]:
+    """The train_transformer arguments of every model: each choice of positions at each seed."""
+    return [dict(positions=p, seed=seed, steps=steps) for p in positions for seed in seeds]
 
 
-def train_transformer(positions: bool, seed: int, steps: int) -> tuple:
-    """The trained (model, losses) for these settings; each is trained once per process."""
-    key = (positions, seed, steps)
-    if key not in _trained:
-        _trained[key] = _train(*key)
-    return _trained[key]
-
-
-def _train_in_worker(positions: bool, seed: int, steps: int) -> tuple:
-    # a trained model does not pickle (the tensors of its last forward hold their backward closures);
-    # its parameters' arrays do
-    model, losses = _train(positions, seed, steps)
-    return [p.data for p in model.parameters()], losses
-
-
-def train_transformers(runs, workers: int = WORKERS) -> list:
-    """train_transformer(*run) for every run = (positions, seed, steps), training the missing ones in
-    `workers` processes. Every process computes on one BLAS thread (threads.py), so a model trained in a
-    worker is bit-identical to one trained here."""
-    return start_transformers(runs, workers)()
-
-
-def start_transformers(runs, workers: int = WORKERS, here: int = 0):
-    """train_transformers in two halves: the missing runs start training in worker processes at once, and
-    the function returned waits for them and returns train_transformers' result. Meanwhile this process is
-    free (the script computes Part 1 while Part 2's models train). here: how many of the missing runs (the
-    last ones) this process trains itself when the function is called, instead of idling while it waits."""
-    missing = [run for run in dict.fromkeys(runs) if run not in _trained]
-    away = missing[:max(0, len(missing) - here)]   # to the workers; the rest train here, when called
-    # fork hands a worker this module as it is, in milliseconds; spawn would re-import the script, which
-    # tests load under another name, so where there is no fork (macOS, Windows) the runs train here.
-    # The workers never touch torch, so Part 1's OpenMP threads in this process cannot hang them.
-    if not (workers > 1 and away and len(missing) > 1 and sys.platform.startswith("linux")):
-        return lambda: [train_transformer(*run) for run in runs]
-    pool = multiprocessing.get_context("fork").Pool(min(workers, len(away)))
-    pending = [pool.apply_async(_train_in_worker, run) for run in away]
-
-    def results() -> list:
-        try:
-            for run in missing[len(away):]:
-                train_transformer(*run)
-            for run, p in zip(away, pending):
-                arrays, losses = p.get()
-                model = SentimentTransformer(positions=run[0])
-                for parameter, array in zip(model.parameters(), arrays):
-                    parameter.data = array
-                _trained[run] = (model.eval(), losses)
-        finally:
-            pool.terminate()
-        return [train_transformer(*run) for run in runs]
-    return results
+def train_transformers(runs: list) -> list:
+    """[train_transformer(**run) for run in runs]: the same (model, losses) in the same order, each trained
+    once per process (runner.py keeps them, and trains them side by side on the machine's cores)."""
+    return runner.map(train_transformer, runs)
 
 
 @functools.lru_cache(maxsize=None)
@@ -169,12 +117,6 @@ def train_bag_of_words() -> BagOfWords:
     model = BagOfWords()
     model.fit(reviews.train_set())
     return model
-
-
-def seeds_of(args) -> list:
-    if args.seeds < 1:
-        raise SystemExit(f"--seeds must be at least 1, got {args.seeds}")
-    return [args.seed + i for i in range(args.seeds)]
 
 
 def steps_of(args) -> int:
@@ -263,7 +205,7 @@ def pair_difference(scores: np.ndarray, data) -> float:
     return float(np.abs(scores - scores[data.twin])[pairs].max())
 
 
-def accuracy(seeds=(common.DEFAULT_SEED,), steps: int = STEPS, workers: int = WORKERS) -> dict:
+def accuracy(seeds=(common.DEFAULT_SEED,), steps: int = STEPS) -> dict:
     """Accuracy by kind on lecture 5's test set, the Transformers trained `steps` Adam steps at each seed.
 
     Returns {"seeds": seeds, "bag-of-words": {kind: accuracy, "pair_difference": max |Δ score| over the
@@ -277,13 +219,13 @@ def accuracy(seeds=(common.DEFAULT_SEED,), steps: int = STEPS, workers: int = WO
     results = {"seeds": seeds,
                "bag-of-words": dict(accuracy_by_kind(bag.predict(test.ids), test),
                                     pair_difference=pair_difference(bag.score(test.ids).data, test))}
-    runs = [(positions, seed, steps) for positions in MODELS.values() for seed in seeds]
-    trained = dict(zip(runs, train_transformers(runs, workers)))
+    runs = transformer_runs(seeds, steps)
+    trained = {(run["positions"], run["seed"]): model for run, (model, _) in zip(runs, train_transformers(runs))}
     contrast = test.kinds == "contrast"
     for name, positions in MODELS.items():
         results[name] = []
         for seed in seeds:
-            logits = logits_of(trained[positions, seed, steps][0], test)
+            logits = logits_of(trained[positions, seed], test)
             results[name].append(dict(accuracy_by_kind(logits.argmax(axis=1), test), seed=seed,
                                       pair_difference=pair_difference(logits, test),
                                       margin=smallest_margin(logits, test),
@@ -328,15 +270,13 @@ def _difference(values) -> str:
     return f"{low:.1e}" if low == high else f"{low:.1e} - {high:.1e}"
 
 
-def start_part2(args):
-    # this process trains the last model once Part 1 is done, beside the workers
-    return start_transformers([(positions, seed, steps_of(args)) for positions in MODELS.values()
-                               for seed in seeds_of(args)], here=1)
+def part2_runs(args) -> tuple:
+    """The models show_accuracy will ask for, so that common.main can start training them before Part 1."""
+    return train_transformer, transformer_runs(common.seeds_of(args), steps_of(args))
 
 
 def show_accuracy(args):
-    seeds, steps = seeds_of(args), steps_of(args)
-    _, seconds = common.finish(args, 2, start_part2)   # the models, trained in the workers since before Part 1
+    seeds, steps = common.seeds_of(args), steps_of(args)
     r = accuracy(seeds, steps)
     test = reviews.test_set()
     counts = {kind: int(np.sum(test.kinds == kind)) for kind in reviews.KINDS}
@@ -365,8 +305,6 @@ def show_accuracy(args):
     print("A contrast pair has the same words in another order: without positions both sentences get the same\n"
           "scores (to rounding), so exactly one of the two is right: 50%. Bag-of-words gives \"not\" one weight\n"
           "whatever it negates; trained mostly on plain reviews, it reads \"not bad\" as \"bad\".")
-    common.timing(f"training ({len(MODELS) * len(seeds)} Transformers, {steps} Adam steps each, in {WORKERS} "
-                  f"processes): done {seconds:.1f} s after they started (with Part 1, when all parts run)")
     draw_accuracy(r, args.figures)
 
 
@@ -404,7 +342,7 @@ def attention(seed: int = common.DEFAULT_SEED, steps: int = STEPS, sentence: str
     Returns: words; weights (h, S, S) for that sentence; received (S,) the weight each position
     receives, averaged over the heads and over the (non-pad) queries; argmax and order of `received`.
     """
-    model, _ = train_transformer(True, seed, steps)
+    [(model, _)] = train_transformers([dict(positions=True, seed=seed, steps=steps)])
     ids, pad_mask = reviews.encode([sentence])
     with no_grad():
         logits = model(ids, pad_mask).data[0]
@@ -417,13 +355,13 @@ def attention(seed: int = common.DEFAULT_SEED, steps: int = STEPS, sentence: str
             "logit_margin": float(logits[reviews.label_of(sentence)] - logits[1 - reviews.label_of(sentence)])}
 
 
-def attention_over_seeds(seeds=(common.DEFAULT_SEED,), steps: int = STEPS, sentence: str = reviews.NOTES_SENTENCE,
-                         workers: int = WORKERS) -> dict:
+def attention_over_seeds(seeds=(common.DEFAULT_SEED,), steps: int = STEPS,
+                         sentence: str = reviews.NOTES_SENTENCE) -> dict:
     """attention() at every seed -> {"seeds", "per_seed": [one attention() per seed], "claims": the margin
     at each seed (> 0 where it holds) by which position 8 receives the most, "but" (position 4) the
     second most, the prediction is right}."""
     seeds = list(seeds)
-    train_transformers([(True, seed, steps) for seed in seeds], workers)
+    train_transformers(transformer_runs(seeds, steps, positions=(True,)))   # all seeds at once, side by side
     per_seed = [attention(seed, steps, sentence) for seed in seeds]
     return {"seeds": seeds, "per_seed": per_seed,
             "claims": {"most_on_deciding": [most_margin(r["received"], DECIDING) for r in per_seed],
@@ -446,7 +384,7 @@ def second_margin(received: np.ndarray, i: int) -> float:
 
 
 def show_attention(args):
-    seeds, steps = seeds_of(args), steps_of(args)
+    seeds, steps = common.seeds_of(args), steps_of(args)
     s = attention_over_seeds(seeds, steps)
     r = s["per_seed"][0]
     common.header(3, "§9.3", f"What the model with positions attends to in \"{reviews.NOTES_SENTENCE}\"")
@@ -506,8 +444,9 @@ def draw_attention(s: dict, figures_dir):
     common.save_figure(fig, "07_attention", figures_dir)
 
 
+SEEDS = 2   # the default of --seeds: how many seeds a training claim is counted over
 PARTS = {1: show_parity, 2: show_accuracy, 3: show_attention}
 
 if __name__ == "__main__":
-    # Part 2's models train in the workers while Part 1 computes; 2 seeds fit the 15 s budget here
-    common.main(__doc__, PARTS, seeds=2, start_first={2: start_part2})
+    # Part 2's models may train while Part 1 computes
+    common.main(__doc__, PARTS, seeds=SEEDS, start_early={2: part2_runs})

@@ -8,27 +8,25 @@ test excess in milli-nats per token over the exact lower bound that only a known
     result = train(model, steps=400, lr=6e-3, warmup=100, seed=0)           # seed: the batches
     result.final_excess, result.best_excess, result.curve                   # mnat/token over the bound
     result = run(model=dict(n_layers=2, seed=0), training=dict(lr=1e-3, seed=0))   # the two lines in one
-    results = train_many([dict(model=..., training=...), ...])              # run() each, one worker process per core
-    wait = start_many([...]); ...; results = wait()                         # the same, this process free meanwhile
+    results = train_many([dict(model=..., training=...), ...])              # run() each, in order
 
 Every run uses one torch thread (threads.py says why), and this module is the one place that enforces it
-for training: a run gives the same bits alone, in a loop or in a worker process.
+for training: a run gives the same bits alone, in a loop or in another process (runner.py decides where).
 """
 from __future__ import annotations
 
 import threads  # first: one BLAS thread, set before numpy loads
 
 import functools
-import gc
 import math
-import multiprocessing
-import sys
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.optim.adam import adam
 
+import runner
 import torch_ref
 from city_lab import SEQ_LEN, V, test_excess_mnats, test_set, training_batches
 
@@ -126,9 +124,9 @@ def average_state_dicts(state_dicts: list) -> dict:
 
 
 class Adam:
-    """torch.optim.Adam(fused=True)'s update (no weight decay), bit for bit: the same fused kernel, called
-    directly, without what torch.optim.Adam() imports on first use (torch._dynamo, about 3 s of CPU in
-    every worker process)."""
+    """torch.optim.Adam(fused=True) without weight decay, bit for bit: its state and torch's own update
+    function, torch.optim.adam.adam, which Adam.step calls. Building a torch.optim.Adam imports torch._dynamo
+    (1.5 s of CPU) in every process that trains; this does not."""
 
     def __init__(self, parameters, lr: float, betas=(0.9, 0.999), eps: float = 1e-8):
         self.params = [p for p in parameters if p.requires_grad]
@@ -143,21 +141,20 @@ class Adam:
 
     @torch.no_grad()
     def step(self):
-        torch._foreach_add_(self.steps, 1)
-        torch._fused_adam_(self.params, [p.grad for p in self.params], self.exp_avgs, self.exp_avg_sqs, [],
-                           self.steps, lr=self.lr, beta1=self.beta1, beta2=self.beta2, weight_decay=0.0,
-                           eps=self.eps, amsgrad=False, maximize=False)
+        adam(self.params, [p.grad for p in self.params], self.exp_avgs, self.exp_avg_sqs, [], self.steps,
+             fused=True, amsgrad=False, beta1=self.beta1, beta2=self.beta2, lr=self.lr, weight_decay=0.0,
+             eps=self.eps, maximize=False)
 
 
 def train(model, steps: int = 400, lr: float = 1e-3, warmup: int = 0, schedule: str = "constant",
-          batch_size: int = 8, seed: int = 0, eval_every: int | None = 50, checkpoint_every: int | None = None,
-          progress: str | None = None) -> TrainResult:
+          batch_size: int = 8, seed: int = 0, eval_every: int | None = 50,
+          checkpoint_every: int | None = None) -> TrainResult:
     """Train `model` in place with Adam on training_batches(seed, batch_size) and score it on the test set.
 
     lr is the peak learning rate; warmup and schedule as in _lr_factor. eval_every: test excess every
     this many steps (and at step 0 and the last step); None: after the last step only (one pass over the
-    test set costs about ten training steps). progress: a label for a status line on stderr
-    (None: silent). A step whose loss is not finite ends the run; its remaining excesses are inf.
+    test set costs about ten training steps). A step whose loss is not finite ends the run; its remaining
+    excesses are inf.
     """
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
@@ -191,19 +188,9 @@ def train(model, steps: int = 400, lr: float = 1e-3, warmup: int = 0, schedule: 
                 since_eval = []
             if checkpoint_every and done % checkpoint_every == 0:
                 checkpoints.append((done, {k: v.detach().clone() for k, v in model.state_dict().items()}))
-            if progress is not None:
-                _status(f"{progress}: step {done}/{steps}, batch excess {excess:+.0f} mnat/token")
-        if progress is not None:
-            _status("")
     final = curve[-1][2]
     return TrainResult(final_excess=final, best_excess=min(c[2] for c in curve), curve=curve,
                        train_excess=train_excess, checkpoints=checkpoints)
-
-
-def _status(text: str):
-    """Rewrite one status line on stderr (stdout holds only the tables)."""
-    sys.stderr.write("\r" + text[:100].ljust(100) + ("" if text else "\r"))
-    sys.stderr.flush()
 
 
 def run(model: dict, training: dict) -> TrainResult:
@@ -214,53 +201,7 @@ def run(model: dict, training: dict) -> TrainResult:
     return train(build_model(**model), **training)
 
 
-def train_many(runs: list, workers: int | None = None, progress: str | None = None, fn=None) -> list:
-    """run(**r) for every r = dict(model=..., training=...) in runs, in `workers` processes (None: threads.WORKERS,
-    one per core; 1: in this process, in order). Each run uses one thread, so the results are bit-identical either way; they come
-    back in the order of runs. fn: a module-level function to call instead of run, one that also does in
-    the worker what would otherwise follow in this process one run after another (scoring checkpoints)."""
-    return start_many(runs, workers, progress, fn)()
-
-
-def start_many(runs: list, workers: int | None = None, progress: str | None = None, fn=None, here: int = 0):
-    """train_many in two halves: start the runs in worker processes and return at once a function that waits
-    for them and returns train_many's result. Meanwhile this process is free: a script computes its other
-    parts while its workers train.
-
-    here: how many runs (the last ones) this process trains itself, when the function is called, instead of
-    idling while it waits. A script that computed its other parts first then shares the cores with the
-    workers for only that long (04: 7 runs as 3 + 3 + 1 finish in the time of 3.5, not of 4).
-    With workers=1 every run happens in this process, when the function is called."""
-    fn, workers = fn or run, threads.WORKERS if workers is None else workers
-    if workers <= 1 or len(runs) <= max(1, here):
-        return lambda: [fn(**r) for r in runs]
-    away, home = runs[:len(runs) - here], runs[len(runs) - here:]
-    # fork starts a worker in a fraction of a second, spawn re-imports torch (seconds). Forking a process
-    # that has used OpenMP threads is safe here because a run uses one thread: torch then never enters
-    # an OpenMP parallel region. macOS and Windows cannot fork safely, so they spawn.
-    # Each worker starts on one thread: a run restores its caller's thread count when it ends, and a forked
-    # child that went back to the parent's count would hang in OpenMP while sending its results home.
-    method = "fork" if sys.platform.startswith("linux") else "spawn"
-    # Frozen, the objects that exist now (300,000 after importing torch) are skipped by every collection in the
-    # workers, which then train about 10% faster and share more memory with this process.
-    gc.freeze()
-    pool = multiprocessing.get_context(method).Pool(min(workers, len(away)), initializer=torch.set_num_threads,
-                                                    initargs=(1,))
-    pending = [pool.apply_async(fn, kwds=r) for r in away]
-
-    def results() -> list:
-        try:
-            ours = [fn(**r) for r in home]
-            done = []
-            for i, p in enumerate(pending):
-                done.append(p.get())
-                if progress is not None:
-                    _status(f"{progress}: {i + 1 + len(home)}/{len(runs)} runs done")
-            if progress is not None:
-                _status("")
-            return done + ours
-        finally:
-            pool.terminate()
-            gc.unfreeze()
-    return results
-
+def train_many(runs: list) -> list:
+    """[run(**r) for r in runs], each r = dict(model=..., training=...): the same results in the same order,
+    computed by runner.py (side by side on the machine's cores, each once per process)."""
+    return runner.map(run, runs)

@@ -21,25 +21,32 @@ import threads  # noqa: F401  (first: one BLAS thread, set before numpy loads)
 
 import argparse
 import functools
-import gc
 import importlib.util
 import inspect
 import math
 import os
+import signal
 import statistics
 import sys
 import time
 from contextlib import contextmanager
 
+import paths
+
 _MISSING = [name for name in ("numpy", "torch", "matplotlib", "tabulate") if importlib.util.find_spec(name) is None]
 if _MISSING:  # say so now, not in a traceback after half the output
-    sys.exit(f"This Python ({sys.executable}) lacks {', '.join(_MISSING)}. Run `make all` (it builds .venv from "
-             f"requirements.txt) or run the script with .venv/bin/python.")
+    _advice = (f"This Python ({sys.executable}) lacks {', '.join(_MISSING)}. Run `make all` (it builds .venv "
+               f"from requirements.txt) or run the script with .venv/bin/python.")
+    _script = sys.modules.get("__main__")
+    if {"-h", "--help"} & set(sys.argv[1:]) and getattr(_script, "__doc__", None):
+        print(_script.__doc__.strip() + "\n\n" + _advice)   # its description and usage line: help, not an error
+        sys.exit(0)
+    sys.exit(_advice)
 
-import numpy as np  # noqa: E402  (the three imports follow the check above)
+import numpy as np  # noqa: E402  (the imports follow the check above)
 from tabulate import tabulate  # noqa: E402
 
-import paths  # noqa: E402
+import runner  # noqa: E402
 
 DEFAULT_SEED = 0
 TIMER = "⏱"     # a wall-clock time: differs from run to run
@@ -102,19 +109,6 @@ def stopwatch():
     """`with stopwatch() as elapsed: ...`; then elapsed() is the wall-clock seconds since entering and
     elapsed.cpu() this process's CPU seconds (which other programs on a shared machine disturb less)."""
     yield _Elapsed()
-
-
-def _start(start, args):
-    with stopwatch() as elapsed:
-        wait = start(args)
-    return wait, elapsed
-
-
-def finish(args, number: int, start):
-    """(result, wall-clock seconds since it started) of the work that main started for part `number` before
-    the first part ran (main's start_first); started here if it was not (a test calling a show function)."""
-    wait, elapsed = getattr(args, "started", {}).pop(number, None) or _start(start, args)
-    return wait(), elapsed()
 
 
 def median_time(f, repeats: int, warmup: int = 0, budget: float = math.inf) -> tuple[float, float]:
@@ -185,29 +179,34 @@ def _figures_dir(text: str) -> str:
     return path
 
 
-def parse_args(doc: str, part_numbers, argv=None, seeds: int = 3):
+def parse_args(doc: str, part_numbers, argv=None, seeds: int | None = None):
+    """The command line. seeds: the default of --seeds, for a script that measures a training claim over
+    seeds; None: the script has no such claim, and no --seeds option."""
     first_line = (doc or "").strip().splitlines()[0] if doc else ""
     parser = argparse.ArgumentParser(description=first_line,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seed", type=_seed, default=DEFAULT_SEED,
                         help=f"random seed (default {DEFAULT_SEED})")
-    parser.add_argument("--seeds", type=int, metavar="N",
-                        help=f"how many seeds (--seed, --seed + 1, ...) each training claim is measured over "
-                             f"(default {seeds}; 1 with --quick)")
+    if seeds is not None:
+        parser.add_argument("--seeds", type=int, metavar="N",
+                            help=f"how many seeds (--seed, --seed + 1, ...) each training claim is measured over "
+                                 f"(default {seeds}; 1 with --quick)")
     parser.add_argument("--part", type=int, choices=sorted(part_numbers),
                         help="run only this part (default: all)")
     parser.add_argument("--quick", action="store_true",
-                        help="smaller sizes and one seed, for a fast check (tests use it). "
-                             "Draws no figures unless --figures is given, so the committed full-size ones stay")
+                        help="smaller sizes" + (" and one seed" if seeds is not None else "") + ", for a fast "
+                             "check (tests use it). Draws no figures unless --figures is given, so the committed "
+                             "full-size ones stay")
     parser.add_argument("--figures", metavar="DIR", type=_figures_dir,
                         help="where to write figures (default: figures/ at the repository root)")
     parser.add_argument("--no-figures", action="store_true", help="draw no figures")
     args = parser.parse_args(argv)
-    if args.seeds is None:
-        args.seeds = 1 if args.quick else seeds
-    if args.seeds < 1 or args.seed + args.seeds > 2 ** 32:
-        parser.error(f"argument --seeds: {args.seeds} seeds from --seed {args.seed} do not fit numpy's seeds "
-                     f"0 .. {2 ** 32 - 1}; give 1 or more, ending below 2**32")
+    if seeds is not None:
+        if args.seeds is None:
+            args.seeds = 1 if args.quick else seeds
+        if args.seeds < 1 or args.seed + args.seeds > 2 ** 32:
+            parser.error(f"argument --seeds: {args.seeds} seeds from --seed {args.seed} do not fit numpy's "
+                         f"seeds 0 .. {2 ** 32 - 1}; give 1 or more, ending below 2**32")
     if args.no_figures or (args.quick and args.figures is None):
         args.figures = None
     elif args.figures is None:
@@ -215,17 +214,43 @@ def parse_args(doc: str, part_numbers, argv=None, seeds: int = 3):
     return args
 
 
-def main(doc: str, parts: dict, argv=None, uses_torch: bool = True, seeds: int = 3, start_first=None):
+def seeds_of(args) -> list[int]:
+    """The seeds a training claim is measured over: --seed, --seed + 1, ... (--seeds of them)."""
+    return [args.seed + i for i in range(args.seeds)]
+
+
+def main(doc: str, parts: dict, argv=None, uses_torch: bool = True, seeds: int | None = None,
+         start_early: dict | None = None):
     """Run the selected parts. parts: {number: callable(args) -> None} that computes, prints and draws.
 
     uses_torch=False: the script never touches torch, so seeding skips importing it (about 2 s).
-    start_first: {number: start(args) -> wait} for a part that trains in worker processes: main starts it
-    before the first part runs, the part's show calls finish(args, number, start), and the workers train
-    while this process computes the parts before it.
+    seeds: see parse_args.
+    start_early: {part number: runs(args) -> (fn, [run, ...])}, the runs that part will ask runner.map for:
+    they start now, before part 1, and train while the parts before it compute (runner.py). Only faster:
+    without it every line printed is the same.
     """
     args = parse_args(doc, parts.keys(), argv, seeds)
-    args.started = {number: _start(start, args) for number, start in (start_first or {}).items()
-                    if args.part in (None, number)}
+    if argv is not None:   # called from Python (a test): errors propagate as they are
+        _run_parts(doc, parts, args, uses_torch, start_early)
+        return args
+    try:
+        _run_parts(doc, parts, args, uses_torch, start_early)
+        sys.stdout.flush()   # here, where a reader that went away is caught, not at the interpreter's exit
+    except KeyboardInterrupt:
+        runner.shutdown()
+        sys.stderr.write("\ninterrupted (Ctrl-C)\n")
+        sys.exit(128 + signal.SIGINT)
+    except BrokenPipeError:   # the reader went away (`| head`): stop quietly, as a command-line tool does
+        runner.shutdown()
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # nothing left to flush at exit
+        sys.exit(128 + getattr(signal, "SIGPIPE", 13))
+    return args
+
+
+def _run_parts(doc: str, parts: dict, args, uses_torch: bool, start_early: dict | None):
+    for number, runs_of in (start_early or {}).items():
+        if args.part in (None, number):
+            runner.start(*runs_of(args))
     title = (doc or "").strip().splitlines()[0] if doc else ""
     print(title)
     print(f"seed {args.seed}{' · quick' if args.quick else ''}")
@@ -233,6 +258,3 @@ def main(doc: str, parts: dict, argv=None, uses_torch: bool = True, seeds: int =
         if args.part is None or args.part == number:
             seed_everything(args.seed, uses_torch)  # each part starts from the same state, whether run alone or not
             parts[number](args)
-    if argv is None:  # run as a script, about to exit: spare the last garbage collection torch's 300,000 objects (1-3 s)
-        gc.freeze()
-    return args

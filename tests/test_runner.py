@@ -1,0 +1,90 @@
+"""runner.py, the engine room: `runner.map(fn, runs)` is `[fn(**run) for run in runs]` wherever the runs are
+computed; what a script does when it is interrupted or its reader goes away."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import runner
+from conftest import LECTURE06
+
+
+def squared(x: int) -> list:
+    return [x * x]
+
+
+def computed_by(x: int) -> int:
+    time.sleep(0.05)   # long enough that the workers take some of the runs
+    return os.getpid()
+
+
+def fails_at(x: int, bad: int) -> int:
+    if x == bad:
+        raise ValueError(f"run {x} failed")
+    return x
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_map_gives_what_a_list_comprehension_gives_and_keeps_it(workers):
+    runner.forget()
+    runs = [dict(x=x) for x in range(7)]
+    results = runner.map(squared, runs, workers=workers)
+    assert results == [squared(**run) for run in runs]
+    again = runner.map(squared, runs[::-1], workers=workers)
+    assert all(a is b for a, b in zip(again, results[::-1]))   # kept, not computed again
+
+
+def test_runs_go_to_the_workers_and_to_the_process_that_waits():
+    runner.forget()
+    pids = runner.map(computed_by, [dict(x=x) for x in range(12)], workers=2)
+    assert os.getpid() in pids and len(set(pids)) >= 2
+    runner.forget()
+    assert set(runner.map(computed_by, [dict(x=x) for x in range(3)], workers=1)) == {os.getpid()}
+
+
+def test_runs_started_early_are_collected_by_map():
+    runner.forget()
+    runs = [dict(x=x) for x in range(5)]
+    runner.start(squared, runs, workers=2)
+    assert runner.map(squared, runs, workers=2) == [[x * x] for x in range(5)]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_run_that_raises_raises_in_the_caller(workers):
+    runner.forget()
+    with pytest.raises(ValueError, match="run 3 failed"):
+        runner.map(fails_at, [dict(x=x, bad=3) for x in range(6)], workers=workers)
+
+
+def _script(name: str, *args: str, **popen) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-W", "error::DeprecationWarning", os.path.join(LECTURE06, name),
+                             *args], stderr=subprocess.PIPE, text=True, **popen)
+
+
+def test_ctrl_c_ends_a_script_with_one_line_and_leaves_no_worker_behind():
+    env = {**os.environ, "LECTURE06_WORKERS": "2"}
+    script = _script("04_residual_layernorm.py", "--part", "4", "--quick", "--no-figures", env=env,
+                     stdout=subprocess.DEVNULL, start_new_session=True)   # a group of its own, as in a terminal
+    time.sleep(6)                                  # imported, its two runs training in the workers
+    os.killpg(script.pid, signal.SIGINT)           # what Ctrl-C sends: every process of the foreground group
+    _, stderr = script.communicate(timeout=60)
+    assert script.returncode == 128 + signal.SIGINT
+    assert stderr.strip() == "interrupted (Ctrl-C)", stderr[-2000:]
+    for _ in range(50):
+        try:
+            os.killpg(script.pid, 0)               # any process of the group left?
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("a worker process outlived the script")
+
+
+def test_a_reader_that_goes_away_ends_a_script_quietly():
+    script = _script("01_attention.py", "--part", "1", "--no-figures", stdout=subprocess.PIPE)
+    script.stdout.close()                          # as `| head -0` would: nobody reads what it prints
+    _, stderr = script.communicate(timeout=60)
+    assert stderr == "" and script.returncode == 128 + signal.SIGPIPE
