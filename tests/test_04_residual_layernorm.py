@@ -71,13 +71,19 @@ def test_the_norms_agree_with_torch():
 
 
 # ---- Part 3 · S5.4-a, S5.4-b, S5.4-h, and the README's FFN branch scales at init -----------------
-def test_pre_ln_last_layer_gradient_shrinks_with_depth_post_ln_does_not():
-    r = m.layer_grad_norms()  # L = 2..32, 3 seeds, as the script runs it
-    post_last = {L: r["norms"]["Post-LN", L][-1] for L in r["depths"]}
-    pre_last = {L: r["norms"]["Pre-LN", L][-1] for L in r["depths"]}
-    assert pre_last[32] / pre_last[2] < 0.8                                 # S5.4-b
-    assert post_last[32] > 1.5 * pre_last[32]
-    assert post_last[32] >= post_last[2]                                    # S5.4-a (weak form: the notes' table is noisy)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_pre_ln_last_layer_gradient_shrinks_with_depth_post_ln_does_not(seed):
+    """What part 3 concludes, at the script's --seed 0, 1 and 2 (each the mean over that seed and the next two)."""
+    seeds = (seed, seed + 1, seed + 2)
+    r = m.layer_grad_norms(seeds=seeds)  # L = 2..32, as the script runs it
+    unit = m.layer_grad_norms(seeds=seeds, embedding_std=1.0, placements=("Post-LN",))
+    f = m.part3_findings(r, unit)
+    (pre_2, pre_32), (post_2, post_32) = f["last"]["Pre-LN"], f["last"]["Post-LN"]
+    assert f["pre_ln_last_shrinks"] and pre_32 / pre_2 < 0.8                  # S5.4-b
+    assert not f["post_ln_last_shrinks"] and post_32 >= post_2              # S5.4-a (weak form: the notes' table is noisy)
+    assert f["post_over_pre_deep"] > 1.5
+    # the first layer's large gradient in Post-LN comes from the embeddings' small scale
+    assert f["first_over_last"] > 2 and f["unit_first_over_last"] < f["first_over_last"]
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -92,7 +98,7 @@ def test_ffn_branch_starts_largest_with_xavier_and_smallest_with_gpt2(seed):
 
 def test_part3_prints_one_branch_scale_line_per_init(capsys, monkeypatch):
     original = m.layer_grad_norms                              # the gradient table at a small size, for speed
-    monkeypatch.setattr(m, "layer_grad_norms", lambda **kwargs: original(depths=(2, 4), seeds=(0,)))
+    monkeypatch.setattr(m, "layer_grad_norms", lambda **kwargs: original(**dict(kwargs, depths=(2, 4), seeds=(0,))))
     m.show_layer_grad_norms(argparse.Namespace(seed=1, quick=True, figures=None))
     lines = capsys.readouterr().out.splitlines()
     scale = [line.split() for line in lines if line.startswith("  ") and "):" in line]
@@ -179,3 +185,18 @@ def test_the_summary_counts_what_the_large_lr_runs_show(full):
     large = m.stability_summary(full)
     assert any("Post-LN trains in 3 of 3 seeds, but unstably" in line
                and "climbs back further than Pre-LN's (no warmup) in 3 of 3 seeds" in line for line in large)
+
+
+def test_part1_states_the_residual_streams_growth_that_its_table_shows(capsys):
+    m.show_gradient_gain(argparse.Namespace(seed=0, quick=True, figures=None))
+    out = capsys.readouterr().out
+    r = m.gradient_gain(seeds=(0,))
+    growth = (r["std"]["residual"][-1] / r["std"]["residual"][-2]) ** (1 / (r["depths"][-1] - r["depths"][-2]))
+    assert f"grows ×{growth:.2f} per layer" in out and f"doubling every {np.log(2) / np.log(growth):.1f} layers" in out
+    assert 1.1 < growth < 1.5
+
+
+def test_a_run_that_never_left_the_unigram_level_has_no_climb():
+    r = {"baselines": {"unigram": 2824.0}}
+    assert m.climb_text(dict(final=2843.0, climb=0.0), r) == "did not train"
+    assert m.climb_text(dict(final=267.0, climb=0.12), r) == "+12%"

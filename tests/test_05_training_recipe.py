@@ -107,8 +107,10 @@ def test_label_smoothing_cost_on_the_city_language(cost):
             exact = 1000 * float(np.mean(-np.log(q_y)) - np.mean(-np.log(test.p_y)))
             c = row[convention]
             assert c["cost"] == pytest.approx(exact, rel=1e-9)
-            assert 0 < c["cost"] <= row["ceiling"]                                     # S11-b bound
-            assert 0 < c["kl"] <= row["ceiling"]
+            # the test targets are samples of p: their mean cost is close to the expected one, E KL(p‖q*)
+            assert c["kl"] == pytest.approx(c["cost"], rel=0.01)
+            # two thirds of the targets are certain and pay -log(1-ε+ε/V) each: the cost is near the ceiling
+            assert 0.9 * row["ceiling"] < c["cost"] < row["ceiling"]                   # S11-b
             assert c["argmax_unchanged"] == n                                           # S7.3-e
             assert c["perplexity"] == pytest.approx(math.exp(c["cross_entropy"]), rel=1e-12)
         assert row["ceiling"] == pytest.approx(-1000 * math.log(1 - eps), rel=1e-12)
@@ -184,7 +186,7 @@ SEEDS = (0, 1, 2)
 
 @pytest.fixture(scope="module")
 def averaging():
-    return m.checkpoint_averaging(seeds=SEEDS, decayed=False)
+    return m.checkpoint_averaging(seeds=SEEDS)
 
 
 def test_averaging_the_last_checkpoints_beats_the_last_on_every_seed(averaging):
@@ -202,6 +204,14 @@ def test_averaging_the_last_checkpoints_beats_the_last_on_every_seed(averaging):
     rows = {row["k"] or row["name"]: row for row in r["rows"]}
     assert rows[5]["beats_last"] == len(SEEDS) and rows[8]["beats_last"] == 0
     assert rows[5]["vs_last_spread"][2] < -5                            # the smallest win
+
+
+def test_averaging_the_last_checkpoints_gains_about_what_decaying_the_lr_gains_on_every_seed(averaging):
+    """§7.6: averaging the last 5 checkpoints is "about as good as decaying the lr": both beat the last
+    checkpoint, and neither gain is more than 3 times the other (seeds 0-2: 1.5-2.2 times)."""
+    rows = {row["k"] or row["name"]: row for row in averaging["rows"]}
+    assert rows["decayed"]["beats_last"] == rows[5]["beats_last"] == len(SEEDS)
+    assert all(1 / 3 < ratio < 3 for ratio in m.averaging_vs_decay(averaging))
 
 
 def test_checkpoint_averaging_bookkeeping():
@@ -314,24 +324,27 @@ def test_city_model_is_part_5s_constant_lr_run(averaging):
 @pytest.fixture(scope="module")
 def generations():
     """Greedy and sampled text of part 6's model (400 steps) at 3 seeds, scored against the language."""
-    return [m.generation_quality(seed=seed) for seed in (0, 1, 2)]
+    return m.generation_over_seeds((0, 1, 2))
 
 
 def test_greedy_text_has_fewer_forbidden_tokens_than_sampled_text_at_every_seed(generations):
-    for q in generations:       # seeds 0-4 measured: greedy 0.984-0.996 allowed, sampled 0.886-0.966
+    for q in generations["per_seed"]:   # seeds 0-4 measured: greedy 0.984-0.996 allowed, sampled 0.886-0.966
         g, s = q["greedy"], q["sampled"]
         assert q["language"]["allowed"] == 1.0
         assert g["allowed"] >= s["allowed"] + 0.01, (q["seed"], g, s)
         assert g["clean"] >= s["clean"] + 10, (q["seed"], g, s)              # of 64 windows
         assert g["allowed"] >= 0.97 and s["allowed"] >= 0.85, (q["seed"], g, s)
+    assert min(generations["claims"]["fewer_forbidden"]) > 0.01
 
 
 def test_greedy_text_is_likelier_per_token_than_sampled_text_at_every_seed(generations):
-    for q in generations:
+    for q in generations["per_seed"]:
         assert q["greedy"]["log_p_per_token"] >= q["sampled"]["log_p_per_token"] + 0.01, q["seed"]
+    assert min(generations["claims"]["likelier"]) > 0.01
 
 
 def test_greedy_text_repeats_sentences_more_than_the_language_and_sampling_at_every_seed(generations):
-    for q in generations:
+    for q in generations["per_seed"]:
         g = q["greedy"]["repeated"]
         assert g >= q["language"]["repeated"] + 0.05 and g >= q["sampled"]["repeated"] + 0.05, q["seed"]
+    assert min(generations["claims"]["repeats"]) > 0.05

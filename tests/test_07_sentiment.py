@@ -7,6 +7,8 @@ Sandybridge against Haswell moves a trained model's logits by up to 1e-4 and its
 import numpy as np
 import pytest
 
+import common
+
 from conftest import load_script
 
 SEEDS = (0, 1, 2)   # the default run's seeds; none was chosen to pass
@@ -39,7 +41,7 @@ def test_no_positions_contrast_exactly_half_S9_3_b_Ex12(sentiment, results):
         assert r["pair_difference"] <= 1e-12   # a pair's logits agree to rounding: identical predictions
         assert r["contrast"] == 0.5
         assert r["undecided"] > 1e-6           # no sentence so close to 0 that rounding could split a pair
-    assert sentiment.holds(results["claims"]["blind_pairs_equal"]) == len(SEEDS)
+    assert common.holds(results["claims"]["blind_pairs_equal"]) == len(SEEDS)
 
 
 def test_negation_without_positions_Ex12(sentiment, results):
@@ -51,7 +53,7 @@ def test_positions_solve_contrast_S9_3_c(sentiment, results):
     for r in results["Transformer, learned positions"]:
         assert r["contrast"] == 1.0 and r["margin"]["contrast"] > 1.0
         assert r["pair_difference"] > 1.0
-    assert sentiment.holds(results["claims"]["positions_contrast"]) == len(SEEDS)
+    assert common.holds(results["claims"]["positions_contrast"]) == len(SEEDS)
 
 
 def test_bag_of_words_fails_negation_and_contrast(results):
@@ -75,7 +77,7 @@ def test_but_second_is_counted_not_chosen(sentiment, attention):
     # the notes' "then 'but'" holds at seed 0 (as in the notes) but not at every seed: it is counted
     margins = attention["claims"]["but_second"]
     assert margins[0] > 0.05
-    assert sentiment.holds(margins) == sum(r["order"][1] == 4 for r in attention["per_seed"])
+    assert common.holds(margins) == sum(r["order"][1] == 4 for r in attention["per_seed"])
 
 
 def test_margins_of_a_claim(sentiment):

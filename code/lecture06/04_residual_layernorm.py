@@ -86,9 +86,12 @@ def show_gradient_gain(args):
     common.table(rows, ["L", "gain: no residual", "(1/6)^(L/2)", "gain: residual", "gain: res + LN",
                         "std: no residual", "std: residual", "std: res + LN"], floatfmt=".2g")
     last = len(r["depths"]) - 1
+    (shallow, deep), (std_shallow, std_deep) = r["depths"][-2:], r["std"]["residual"][-2:]
+    per_layer = (std_deep / std_shallow) ** (1 / (deep - shallow))   # the residual stream's growth per layer
     common.note(f"No residual: after {r['depths'][last]} layers the gradient is {r['gain']['no residual'][last]:.1e} "
-                f"of itself (vanishes). Residual only: the stream doubles every few layers, output std "
-                f"{r['std']['residual'][last]:.1e} (explodes). Residual + LayerNorm (x + ReLU(Linear(LN(x)))): "
+                f"of itself (vanishes). Residual only: from L = {shallow} to {deep} the stream's std grows "
+                f"×{per_layer:.2f} per layer\n(doubling every {math.log(2) / math.log(per_layer):.1f} layers), "
+                f"output std {std_deep:.1e} (explodes). Residual + LayerNorm (x + ReLU(Linear(LN(x)))): "
                 f"gain {r['gain']['residual + LN'][last]:.1f}, std {r['std']['residual + LN'][last]:.1f}.")
     draw_gradient_gain(r, args.figures)
 
@@ -162,19 +165,23 @@ def show_batch_companions(args):
 # ---- Part 3 · §5.4 ------------------------------------------------------------------------------
 @torch_threads(1)  # small tensors: one thread is fastest, and the same everywhere
 def layer_grad_norms(depths=(2, 4, 8, 16, 32), seeds=(0, 1, 2), n_embd: int = 64, n_head: int = 4,
-                     seq_len: int = 16, batch: int = 8, init: str = "xavier") -> dict:
-    """Gradient norm of each layer's parameters at initialisation, for Post-LN and Pre-LN DecoderLMs of
-    each depth, on one batch of the city language (windows of seq_len), averaged over seeds.
+                     seq_len: int = 16, batch: int = 8, init: str = "xavier", embedding_std: float | None = None,
+                     placements=("Post-LN", "Pre-LN")) -> dict:
+    """Gradient norm of each layer's parameters at initialisation (norms[placement, L][i]: layer i + 1, next
+    to the embeddings for i = 0, next to the output for i = L - 1), for DecoderLMs of each depth L, on one
+    batch of the city language (windows of seq_len), averaged over seeds.
 
-    init: see city_train.build_model; "xavier" (the original Transformer's) is the one part 4 trains.
+    init, embedding_std: see city_train.build_model; "xavier" (the original Transformer's, with embeddings
+    N(0, 0.02²)) is the one part 4 trains.
     """
     import torch.nn.functional as F
     norms = {}
-    for placement, pre_ln in (("Post-LN", False), ("Pre-LN", True)):
+    for placement in placements:
         for depth in depths:
             total = np.zeros(depth)
             for seed in seeds:
-                model = city_train.build_model(depth, n_embd, n_head, pre_ln=pre_ln, init=init, seed=seed)
+                model = city_train.build_model(depth, n_embd, n_head, pre_ln=(placement == "Pre-LN"), init=init,
+                                               seed=seed, embedding_std=embedding_std)
                 data = next(city_lab.training_batches(seed, batch, seq_len))
                 logits = model(torch.from_numpy(data.x))  # (B, S, V)
                 F.cross_entropy(logits.reshape(-1, city_lab.V), torch.from_numpy(data.y).reshape(-1)).backward()
@@ -182,7 +189,7 @@ def layer_grad_norms(depths=(2, 4, 8, 16, 32), seeds=(0, 1, 2), n_embd: int = 64
                           for layer in model.layers]
             norms[placement, depth] = total / len(seeds)
     return {"depths": list(depths), "seeds": list(seeds), "n_embd": n_embd, "n_head": n_head,
-            "seq_len": seq_len, "batch": batch, "init": init, "norms": norms}
+            "seq_len": seq_len, "batch": batch, "init": init, "embedding_std": embedding_std, "norms": norms}
 
 
 @torch_threads(1)
@@ -206,25 +213,57 @@ def branch_scale(init: str = "xavier", seed: int = 0, n_layers: int = 6, n_embd:
             "tokens": data.x.shape, "input_std": x_std, "branch_std": y_std, "ratio": y_std / x_std}
 
 
+def part3_findings(r: dict, unit: dict) -> dict:
+    """What part 3's tables show, computed from them: how layer L's gradient changes from the shallowest to the
+    deepest model in each placement, and layer 1's against layer L's in Post-LN, with the embeddings of the
+    init (r) and with embeddings N(0, 1) (unit)."""
+    shallow, deep = r["depths"][0], r["depths"][-1]
+    last = {p: (r["norms"][p, shallow][-1], r["norms"][p, deep][-1]) for p in ("Post-LN", "Pre-LN")}
+    post_first = [r["norms"]["Post-LN", L][0] for L in r["depths"]]
+    post_last = [r["norms"]["Post-LN", L][-1] for L in r["depths"]]
+    unit_first = [unit["norms"]["Post-LN", L][0] for L in unit["depths"]]
+    return {"shallow": shallow, "deep": deep, "last": last,
+            "pre_ln_last_shrinks": last["Pre-LN"][1] < last["Pre-LN"][0],
+            "post_ln_last_shrinks": last["Post-LN"][1] < last["Post-LN"][0],
+            "post_over_pre_deep": last["Post-LN"][1] / last["Pre-LN"][1],
+            "post_first": (min(post_first), max(post_first)), "post_last": (min(post_last), max(post_last)),
+            "unit_first": (min(unit_first), max(unit_first)),
+            "first_over_last": min(f / la for f, la in zip(post_first, post_last)),
+            "unit_first_over_last": max(f / la for f, la in zip(unit_first, post_last))}
+
+
 def show_layer_grad_norms(args):
-    r = layer_grad_norms(depths=(2, 4, 8, 16) if args.quick else (2, 4, 8, 16, 32),
-                         seeds=tuple(args.seed + i for i in range(3)))
+    depths, seeds = (2, 4, 8, 16) if args.quick else (2, 4, 8, 16, 32), tuple(args.seed + i for i in range(3))
+    r = layer_grad_norms(depths=depths, seeds=seeds)
+    unit = layer_grad_norms(depths=depths, seeds=seeds, embedding_std=1.0, placements=("Post-LN",))
+    f = part3_findings(r, unit)
     common.header(3, "§5.4", "Post-LN vs Pre-LN: gradient norms at initialisation")
-    common.note(f"DecoderLM, d = {r['n_embd']}, h = {r['n_head']}, {r['init']} init as in part 4, one city-language batch "
-                f"of {r['batch']} × {r['seq_len']} tokens; ‖gradient‖ of a layer's parameters, mean over seeds "
-                f"{r['seeds']}")
+    common.note(f"DecoderLM of L layers, d = {r['n_embd']}, h = {r['n_head']}, {r['init']} init as in part 4 "
+                f"(embeddings N(0, 0.02²)), one city-language batch of {r['batch']} × {r['seq_len']} tokens;\n"
+                f"‖gradient‖ of one layer's parameters, mean over seeds {r['seeds']}. Layer 1 is next to the "
+                "embeddings, layer L next to the output.")
     rows = []
     for depth in r["depths"]:
         post, pre = r["norms"]["Post-LN", depth], r["norms"]["Pre-LN", depth]
-        rows.append([depth, post[0], post[-1], pre[0], pre[-1], post[-1] / pre[-1]])
-    common.table(rows, ["L", "Post-LN first", "Post-LN last", "Pre-LN first", "Pre-LN last",
-                        "last: Post / Pre"], floatfmt=".3f")
-    first, last = r["depths"][0], r["depths"][-1]
-    post_first, post_last = r["norms"]["Post-LN", first][-1], r["norms"]["Post-LN", last][-1]
-    common.note(f"Pre-LN's last layer gets {r['norms']['Pre-LN', last][-1] / r['norms']['Pre-LN', first][-1]:.2f}× "
-                f"the gradient at L = {last} that it gets at L = {first}: L branches add to one stream, so each "
-                f"one's share shrinks. Post-LN's last layer: {post_first:.2f} at L = {first}, {post_last:.2f} at "
-                f"L = {last}, {rows[-1][-1]:.1f}× Pre-LN's: a large lr pushes the layers near the output hardest.")
+        rows.append([depth, post[0], post[-1], pre[0], pre[-1], post[-1] / pre[-1],
+                     unit["norms"]["Post-LN", depth][0]])
+    common.table(rows, ["L", "Post-LN layer 1", "Post-LN layer L", "Pre-LN layer 1", "Pre-LN layer L",
+                        "layer L: Post / Pre", "Post-LN layer 1, embeddings N(0, 1)"], floatfmt=".3f")
+    (pre_shallow, pre_deep), (post_shallow, post_deep) = f["last"]["Pre-LN"], f["last"]["Post-LN"]
+    common.note(f"Layer L, the one next to the output: Pre-LN's gets {pre_deep / pre_shallow:.2f}× at "
+                f"L = {f['deep']} what it gets at L = {f['shallow']} ({pre_shallow:.2f} → {pre_deep:.2f}): "
+                f"L branches add to one stream,\nso each one's share "
+                f"{'shrinks' if f['pre_ln_last_shrinks'] else 'does NOT shrink'}. Post-LN's gets "
+                f"{post_shallow:.2f} → {post_deep:.2f}, "
+                f"{'shrinking' if f['post_ln_last_shrinks'] else 'not shrinking'} with depth: at L = {f['deep']} "
+                f"{f['post_over_pre_deep']:.1f}× Pre-LN's, so a large lr\nmoves Post-LN's last layers "
+                f"{'less hard in a deep model than' if f['post_ln_last_shrinks'] else 'at least as hard in a deep model as'}"
+                " in a shallow one (Xiong et al. 2020).")
+    common.note(f"Layer 1 of Post-LN gets {f['post_first'][0]:.1f}-{f['post_first'][1]:.1f} (at least "
+                f"{f['first_over_last']:.1f}× its layer L): its input is the embeddings, N(0, 0.02²), and the "
+                "LayerNorm\nafter its residual sum divides by their small scale. With embeddings N(0, 1) it gets "
+                f"{f['unit_first'][0]:.1f}-{f['unit_first'][1]:.1f} (at most {f['unit_first_over_last']:.1f}× "
+                "layer L's above).")
     scales = {init: branch_scale(init, args.seed) for init in ("xavier", "default", "gpt2")}
     b = scales["xavier"]
     common.note(f"How large layer 1's FFN branch starts ({b['n_layers']}-layer Post-LN as in part 4, d = {b['n_embd']}, "
@@ -337,6 +376,14 @@ def stability_claims(r) -> dict:
     return claims
 
 
+def climb_text(run: dict, r: dict) -> str:
+    """A run's worst climb as a percentage; a run that never left the unigram level has nothing to climb back
+    from (its flat +0% would read as the most stable run)."""
+    if run["final"] > 0.9 * r["baselines"]["unigram"]:
+        return "did not train"
+    return f"{100 * run['climb']:+.0f}%"
+
+
 def _spread(values, unit: str = "") -> str:
     """median (min to max) of a few seeds' values."""
     return f"{np.median(values):.0f}{unit} ({min(values):.0f} to {max(values):.0f}{unit})"
@@ -365,9 +412,10 @@ def show_training_stability(args):
                 "the step that\ntrains on it, so it is held out), the test set's after the last step, and the worst "
                 f"climb: how far the {window}-step\nmean ever rose above its best so far.")
     starts = range(0, len(r["runs"][0]["windows"]) * window, window)
-    rows = [[run["placement"], run["lr"], run["warmup"], *run["windows"], run["final"], f"{100 * run['climb']:+.0f}%"]
+    rows = [[run["placement"], run["lr"], run["warmup"], *run["windows"], run["final"], climb_text(run, r)]
             for run in r["runs"] if run["seed"] == first]
-    common.table(rows, ["", "lr", "warmup", *[f"{s + 1}-{s + window}" for s in starts], "test", "worst climb"],
+    common.table(rows, ["", "lr", "warmup (steps)", *[f"{s + 1}-{s + window}" for s in starts], "test",
+                        "worst climb"],
                  floatfmt=("", "g", "d") + (".0f",) * (len(starts) + 1) + ("",), kernel_dependent=True)
     several = [(config, runs) for config in r["configs"]
                if len(runs := [run for run in r["runs"] if (run["placement"], run["lr"], run["warmup"]) == config]) > 1]
@@ -375,7 +423,7 @@ def show_training_stability(args):
         common.note(f"Over the seeds {r['seeds']}: median (min to max)")
         rows = [[*config, _spread([run["final"] for run in runs]), _spread([100 * run["climb"] for run in runs], "%")]
                 for config, runs in several]
-        common.table(rows, ["", "lr", "warmup", "test excess at the end", "worst climb"], floatfmt=("", "g", "d"),
+        common.table(rows, ["", "lr", "warmup (steps)", "test excess at the end", "worst climb"], floatfmt=("", "g", "d"),
                      kernel_dependent=True)
     for line in stability_summary(r):
         common.note(line)

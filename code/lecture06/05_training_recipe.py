@@ -86,7 +86,8 @@ def show_teacher_forcing(args):
                  ["", "teacher forcing", "one pass per prefix"])
     common.note(f"max |difference| over all {r['one_pass'].size} log-probabilities: {r['max_diff']:.1e}; "
                 f"sentence loss {r['loss']:.4f} nats/token either way.\n"
-                "The causal mask makes position t blind to tokens after t, so one pass computes what 7 do.")
+                "The causal mask makes position t blind to tokens after t, so one pass computes what "
+                f"{r['forwards'][1]} do.")
 
 
 # ---- Part 2 · §7.3 label smoothing ------------------------------------------------------------------
@@ -220,14 +221,15 @@ def show_label_smoothing(args):
                   for i in range(c["V"])],
                  ["class", "slides: 1−ε / ε/(V−1)", "PyTorch: 1−ε+ε/V / ε/V", "PyTorch, measured",
                   "difference"], floatfmt=".4f")
-    common.note(f"correct class: 0.91 vs 0.90, differ by {c['diff_correct']:.3f} (= ε/V); each other class by "
+    common.note(f"correct class: {c['p_torch'][k]:.2f} (PyTorch) vs {c['p_slides'][k]:.2f} (slides), differ by "
+                f"{c['diff_correct']:.3f} (= ε/V); each other class by "
                 f"{c['diff_other']:.4f}.\nBoth gradients are softmax(z) − p: max error {c['torch_grad_error']:.1e} "
                 f"(F.cross_entropy, label_smoothing={c['eps']}), {c['slides_grad_error']:.1e} "
                 "(slides' target, tensor.py autodiff).")
 
     r = smoothing_cost()
     print()
-    common.note(f"The exact cost on the city language ({r['V']} tokens): q* = (1−ε)p + ε/V from the true p at each "
+    common.note(f"The exact cost on the city language (a vocabulary of {r['V']}): q* = (1−ε)p + ε/V from the true p at each "
                 f"of the {r['positions']:,} test positions,\nthen the test cross-entropy (bound {r['bound']:.4f} "
                 f"nats/token, perplexity {r['perplexity']:.4f}). Cost = cross-entropy − bound, in mnat/token:")
     common.table([[row["eps"], f"{row['torch']['cross_entropy']:.4f}", f"{row['torch']['perplexity']:.4f}",
@@ -325,7 +327,7 @@ def show_lr_schedule(args):
                 f"  Python floats:          {z['python']}\n"
                 f"  numpy:                  min(inf, 0) = {z['numpy']}: a wasted first update (and a RuntimeWarning)\n"
                 f"  torch LambdaLR(formula) {z['lambda_lr']} (it evaluates step 0 when built)\n"
-                f"  tf.noam_lr(0)           {z['noam_lr']}\n"
+                f"  transformer.noam_lr(0)  {z['noam_lr']}\n"
                 f"Counting updates from 1, the first lr is peak/{w} = {sci(r['step_one'], 3)}, not 0; "
                 f"LambdaLR(lambda s: noam_lr(s + 1)) gives {', '.join(sci(x, 3) for x in r['first_lrs'])} "
                 "for the first three updates.")
@@ -480,6 +482,13 @@ def checkpoint_averaging(seeds=(0, 1, 2), n_layers: int = 1, n_embd: int = 64, n
                 decayed=first["decayed"], decayed_curve=first["decayed_curve"])
 
 
+def averaging_vs_decay(r: dict, k: int = 5) -> list[float]:
+    """Per seed: what averaging the last k checkpoints gains over the last checkpoint, divided by what decaying
+    the lr gains (1: the same; the notes say averaging does about as much as decaying the lr)."""
+    rows = {row["k"] or row["name"]: row for row in r["rows"]}
+    return [a / d for a, d in zip(rows[k]["vs_last"], rows["decayed"]["vs_last"])]
+
+
 def spread(values) -> tuple[float, float, float]:
     """(median, min, max)."""
     return float(np.median(values)), float(min(values)), float(max(values))
@@ -538,10 +547,13 @@ def show_checkpoint_averaging(args):
     wins = lambda key: f"{rows[key]['beats_last']} of {len(seeds)}"
     by = lambda key: ("{1:+.0f} to {2:+.0f} (median {0:+.0f})" if many else "{0:+.0f}").format(
         *rows[key]["vs_last_spread"])
-    common.note(f"Averaging the last 5 checkpoints beats the last one in {wins(5)} seed{'s' * many}, the decaying lr in "
-                f"{wins('decayed')},\naveraging all {n} in {wins(n)} (the last 2, 3 and 4: in "
-                f"{rows[2]['beats_last']}, {rows[3]['beats_last']} and {wins(4)}).")
+    common.note(f"Against the last checkpoint: averaging the last 5 is better at {wins(5)} seed{'s' * many}; "
+                f"decaying the lr is better at {wins('decayed')};\naveraging all {n} at {wins(n)} (the last 2, 3 "
+                f"and 4: at {rows[2]['beats_last']}, {rows[3]['beats_last']} and {wins(4)}).")
     common.kernel_note(f"Against the last checkpoint, in mnat/token: the last 5 {by(5)}; the decaying lr {by('decayed')}.")
+    gain_ratio = averaging_vs_decay(r)
+    common.kernel_note(f"Averaging the last 5 gains {min(gain_ratio):.1f}-{max(gain_ratio):.1f}× what decaying the lr "
+                       "gains over the last checkpoint (per seed; the notes: about as much).")
     common.note("At a constant lr the weights keep being pulled around by the latest batches; averaging the last few "
                 "checkpoints\ncancels that jitter, at no training cost. Averaging from early in training drags in "
                 "weights that were still poor.")
@@ -737,6 +749,26 @@ def generation_quality(seed: int = 0, n_windows: int = 64, prompt_len: int = 6) 
                 prompts_distinct=len({tuple(row) for row in prompts}))
 
 
+GENERATION_TIPPING = 0.005   # other float kernels move a generated text's fractions by a token or two at most
+
+
+def generation_over_seeds(seeds, n_windows: int = 64) -> dict:
+    """generation_quality at every seed, and each of part 6's claims as its margin at each seed (> 0 where it
+    holds): greedy text has a smaller share of forbidden tokens than sampled text, a higher true log p per
+    allowed token, and repeats its sentences more often than both the language's own text and sampled text."""
+    city_train.train_many([constant_lr_run(seed) for seed in seeds])   # the models, side by side
+    per_seed = [generation_quality(seed=seed, n_windows=n_windows) for seed in seeds]
+
+    def forbidden(r):
+        return r["forbidden"] / r["scored"]
+    return {"seeds": list(seeds), "per_seed": per_seed,
+            "claims": {"fewer_forbidden": [forbidden(q["sampled"]) - forbidden(q["greedy"]) for q in per_seed],
+                       "likelier": [q["greedy"]["log_p_per_token"] - q["sampled"]["log_p_per_token"]
+                                    for q in per_seed],
+                       "repeats": [q["greedy"]["repeated"] - max(q["language"]["repeated"], q["sampled"]["repeated"])
+                                   for q in per_seed]}}
+
+
 def _first_forbidden(window: np.ndarray, prompt_len: int) -> int | None:
     """The position of the first token after the prompt that the language forbids (None: there is none)."""
     story = city_lab.stories()
@@ -760,7 +792,8 @@ def show_generation(args):
     # part 5's 400-step constant-lr model, quick or not
     s = serial_generation(float64_copy(city_model(args.seed).checkpoints[-1][1]),
                           lengths=(8, 31) if args.quick else (8, 16, 31), batch=16, seed=args.seed)
-    q = generation_quality(seed=args.seed, n_windows=32 if args.quick else 64)
+    over_seeds = generation_over_seeds(common.seeds_of(args), n_windows=32 if args.quick else 64)
+    q = over_seeds["per_seed"][0]
     steps = q["steps"]
     common.header(6, "§7.1, exercise 11", "Training is parallel, generation is serial")
     B, longest = s["batch"], s["rows"][-1]
@@ -789,15 +822,19 @@ def show_generation(args):
         common.timing(f"n = {r['n']:>2}, {B} windows: with the cache {1000 * r['wall_cached']:.0f} ms, without "
                       f"{1000 * r['wall_full']:.0f} ms: {r['wall_full'] / r['wall_cached']:.1f}× "
                       f"(CPU time {r['cpu_full'] / r['cpu_cached']:.1f}×; one run each)")
-    common.note(f"The time grows less than the positions computed: at this size (d = {CITY_MODEL['n_embd']}, {B} windows) "
-                "a pass costs mostly tensor.py's fixed cost per\noperation, which the cache does not remove; the wider "
-                "the model and the longer the prefix, the closer the time follows the positions.")
+    time_ratio = longest["wall_full"] / longest["wall_cached"]
+    positions_ratio = longest["positions_full"] / longest["positions_cached"]
+    why = ("a pass costs mostly tensor.py's fixed cost per\noperation, which the cache does not remove; the wider the "
+           "model and the longer the prefix, the closer the time follows the positions" if time_ratio < positions_ratio
+           else "the time follows the positions")
+    common.timing(f"At n = {longest['n']} the cache saves {time_ratio:.1f}× the time and {positions_ratio:.1f}× the "
+                  f"positions: at this size (d = {CITY_MODEL['n_embd']}, {B} windows) {why}.")
 
     print()
     common.note(f"What the model writes, scored against the city language's exact distribution: the first sentence "
                 f"of {q['n_windows']} test stories\n(<bos> NAME lives in CITY .) continued by {q['n_new']} tokens. "
                 "A token is allowed if p_true > 0; a window is scored up to its first forbidden token\n(after it "
-                "the story's state is undefined). Greedy and sampled rows: this model and seed.")
+                f"the story's state is undefined). Greedy and sampled rows: the model of seed {q['seed']}.")
     rows = []
     for key, label in (("language", "the language (test windows)"), ("greedy", f"{common.KERNELS} greedy"),
                        ("sampled", f"{common.KERNELS} sampled, T = 1")):
@@ -807,7 +844,6 @@ def show_generation(args):
     common.table(rows, headers=["text", "tokens scored", "forbidden", "fraction allowed",
                                 "windows with none forbidden", "true log p per allowed token",
                                 "sentences repeated"], disable_numparse=True)
-    g, sm = q["greedy"], q["sampled"]
     common.kernel_note(f"the model: test excess {q['excess']:.0f} mnat/token; float64 copy vs float32 original: "
                        f"log-probabilities differ by at most {q['float32_vs_float64']:.0e}; "
                        f"{q['greedy_distinct']} distinct greedy continuations of {q['prompts_distinct']} distinct prompts")
@@ -816,13 +852,17 @@ def show_generation(args):
     common.kernel_note(f"window {example}, prompt:  {city_lab.decode(q['texts']['greedy'][example, 1:q['prompt_len']])}")
     for key in ("greedy", "sampled"):
         common.kernel_note(f"{key + ':':<8} {_marked(q['texts'][key][example], q['prompt_len'])}")
-    fewer = "fewer" if g["forbidden"] / g["scored"] < sm["forbidden"] / sm["scored"] else "MORE"
-    likelier = "higher" if g["log_p_per_token"] > sm["log_p_per_token"] else "LOWER"
-    common.note(f"Greedy text has {fewer} forbidden tokens than sampled text and a {likelier} true log-probability "
-                "per token: sampling at T = 1 also draws\nthe small probability the model leaves on impossible tokens, "
-                "and one of them derails the story. Greedy decoding's price is repetition:\nat 400 steps it repeats "
-                "sentences more often than the language does (tests/test_05_training_recipe.py, 3 seeds).")
-
+    claims, seeds = over_seeds["claims"], over_seeds["seeds"]
+    common.note(f"Over seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))} (each its own model, its own "
+                "sampling):")
+    common.count_line("greedy text has a smaller share of forbidden tokens than sampled text",
+                      claims["fewer_forbidden"], GENERATION_TIPPING)
+    common.count_line("greedy text has a higher true log-probability per allowed token than sampled text",
+                      claims["likelier"], GENERATION_TIPPING)
+    common.count_line("greedy text repeats its sentences more often than the language's text and sampled text",
+                      claims["repeats"], GENERATION_TIPPING)
+    common.note("Sampling at T = 1 also draws the small probability the model leaves on impossible tokens, and one "
+                "of them derails the story;\ngreedy decoding avoids them and pays in repetition.")
 
 SEEDS = 2   # the default of --seeds: how many seeds a training claim is counted over
 PARTS = {1: show_teacher_forcing, 2: show_label_smoothing, 3: show_lr_schedule, 4: show_adam_first_step,

@@ -35,7 +35,7 @@ SCHEDULES = ("constant", "linear", "cosine")
 
 
 def build_model(n_layers: int = 6, n_embd: int = 64, n_head: int = 4, pre_ln: bool = True,
-                init: str = "xavier", seed: int = 0):
+                init: str = "xavier", seed: int = 0, embedding_std: float | None = None):
     """A torch_ref.DecoderLM for the city language in float32: no dropout, learned positions.
 
     init:  "xavier"   Xavier-uniform Linear weights, zero biases, embeddings N(0, 0.02²): the original
@@ -44,6 +44,8 @@ def build_model(n_layers: int = 6, n_embd: int = 64, n_head: int = 4, pre_ln: bo
                       1/√(2L) scaling of the residual projections).
            "default"  torch_ref's own init, which is PyTorch's: Linear U(±1/√fan_in), embeddings N(0, 1).
     seed:  seeds torch's global generator before the parameters are drawn.
+    embedding_std: the token and position embeddings' N(0, std²) instead of the init's (04 part 3 asks what
+           the small 0.02 does to the first layer's gradient).
     """
     if init not in INITS:
         raise ValueError(f"init must be one of {INITS}, got {init!r}")
@@ -52,10 +54,10 @@ def build_model(n_layers: int = 6, n_embd: int = 64, n_head: int = 4, pre_ln: bo
     torch.manual_seed(seed)
     model = torch_ref.DecoderLM(V, n_embd, n_head, n_positions=SEQ_LEN, n_layers=n_layers, p_dropout=0.0,
                                 pre_ln=pre_ln).float()
-    if init != "default":
+    if init != "default" or embedding_std is not None:
         with torch.no_grad():
             for module in model.modules():
-                if isinstance(module, torch_ref.Linear):
+                if isinstance(module, torch_ref.Linear) and init != "default":
                     if init == "xavier":
                         torch.nn.init.xavier_uniform_(module.weights)  # symmetric in fan_in, fan_out
                     else:
@@ -63,7 +65,7 @@ def build_model(n_layers: int = 6, n_embd: int = 64, n_head: int = 4, pre_ln: bo
                     if module.bias is not None:
                         module.bias.zero_()
                 elif isinstance(module, torch_ref.Embedding):
-                    module.weights.normal_(0.0, 0.02)
+                    module.weights.normal_(0.0, 0.02 if embedding_std is None else embedding_std)
     return model
 
 

@@ -88,6 +88,23 @@ def kernel_note(text: str):
     print(f"{KERNELS} {text}")
 
 
+def holds(margins) -> int:
+    """At how many seeds a claim holds, given its margin at each (> 0 where it holds, < 0 where it fails)."""
+    return sum(m > 0 for m in margins)
+
+
+def count_line(text: str, margins, tipping: float, notes: str = ""):
+    """Print "text: k of n seeds" for a claim whose margin at each seed is in `margins`. Unmarked only if every
+    seed decides the claim, either way, by more than `tipping` (what other float kernels can move the margin):
+    then the count is the same on any CPU; otherwise marked ⚙."""
+    line = f"{text}: {holds(margins)} of {len(margins)} seed{'s' * (len(margins) > 1)}"
+    line += f"   (notes: {notes})" if notes else ""
+    if min(abs(m) for m in margins) > tipping:
+        note(line)
+    else:
+        kernel_note(line)
+
+
 def timing(text: str):
     """A line reporting a wall-clock measurement: marked so determinism checks skip it."""
     print(f"{TIMER} {text}")
