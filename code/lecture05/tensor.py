@@ -64,12 +64,12 @@ class Traffic:
 
 
 TRAFFIC = Traffic()
-_MOVES_NOTHING = {"forward": {"view", "permute"}, "backward": {"view", "permute", "contiguous"}}
+MOVES_NOTHING = {"forward": {"view", "permute"}, "backward": {"view", "permute", "contiguous"}}
 
 
 def _charge(direction: str, kind: str, nbytes: int, flops: int = 0):
     TRAFFIC.launches[direction, kind] += 1
-    TRAFFIC.bytes[direction, kind] += 0 if kind in _MOVES_NOTHING[direction] else nbytes
+    TRAFFIC.bytes[direction, kind] += 0 if kind in MOVES_NOTHING[direction] else nbytes
     TRAFFIC.flops[direction, kind] += flops
 
 
@@ -619,10 +619,11 @@ def gelu(x: Tensor) -> Tensor:
     c = np.sqrt(2.0 / np.pi)
 
     def backward(g):
-        t = np.tanh(c * (x.data + 0.044715 * x.data ** 3))
-        x._accumulate(g * (0.5 * (1.0 + t) + 0.5 * x.data * (1.0 - t * t) * c * (1.0 + 3 * 0.044715 * x.data ** 2)))
-    return x._result(0.5 * x.data * (1.0 + np.tanh(c * (x.data + 0.044715 * x.data ** 3))), (x,), "gelu",
-                     backward, saved=(x.data,))
+        squared = x.data * x.data
+        t = np.tanh(c * x.data * (1.0 + 0.044715 * squared))
+        x._accumulate(g * (0.5 * (1.0 + t) + 0.5 * c * x.data * (1.0 - t * t) * (1.0 + 3 * 0.044715 * squared)))
+    t = np.tanh(c * x.data * (1.0 + 0.044715 * x.data * x.data))
+    return x._result(0.5 * x.data * (1.0 + t), (x,), "gelu", backward, saved=(x.data,))
 
 
 def _block_scores(q, kT, mask, causal: bool, scale: float, start: int, stop: int) -> np.ndarray:
