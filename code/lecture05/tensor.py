@@ -674,7 +674,12 @@ def flash_attention(q: Tensor, kT: Tensor, v: Tensor, mask=None, causal: bool = 
         row_sum = row_sum * rescale + p.sum(axis=-1, keepdims=True)
         acc = acc * rescale + p @ v.data[..., start:stop, :]
         row_max = new_max
-    out, log_sum = acc / row_sum, np.log(row_sum)
+    # written in (..., S_q, h, Dv) order, as torch's CPU kernel writes it: merging the heads afterwards
+    # (permute, then contiguous) finds it contiguous, so no second copy of the output is made or kept
+    merged = np.empty((*batch[:-1], n_queries, *batch[-1:], v.shape[-1]))      # (B, S_q, h, Dv)
+    out = np.swapaxes(merged, -3, -2) if batch else merged                     # -> (B, h, S_q, Dv), no copy
+    np.divide(acc, row_sum, out=out)
+    log_sum = np.log(row_sum)
 
     def backward(g):
         big_d = (g * out).sum(axis=-1, keepdims=True)                     # (..., S_q, 1)
