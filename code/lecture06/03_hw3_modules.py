@@ -513,13 +513,13 @@ def show_encoder_decoder(args):
                 "the reference passes its own encoder and decoder without them (torch_ref.TorchNNEncoderDecoder).")
 
 
-# ---- Part 7 · §8.4 continued, beyond the notes: what fusion buys -----------------------------------------
+# ---- Part 7 · §8.4 continued, beyond the notes: what fusion buys ---------------------------
 FUSION_PATHS = ("composed", "fused", "fused + flash")
 GPT2_LAYER = dict(d=768, h=12, S=1024)  # the notes' shapes: GPT-2 small's layer at its full context
 
 
 def _fusion_switch(path: str):
-    """The context that selects a path: composed primitives, fused ones, fused ones and the flash core."""
+    """The context that selects a path: composed primitives, fused ones, or fused + flash core."""
     if path not in FUSION_PATHS:
         raise ValueError(f"unknown path {path!r}; choose one of {', '.join(FUSION_PATHS)}")
     if path == "composed":
@@ -556,33 +556,36 @@ def fusion_counts(d: int, h: int, S: int, B: int = 1, seed: int = 0) -> list[dic
     return [layer_traffic(layer, x, path) for path in FUSION_PATHS]
 
 
-def fusion_counts_from_shapes(d: int, h: int, S: int, sample_lengths=(2, 4, 6), check_length: int = 8,
-                              seed: int = 0) -> list[dict]:
-    """fusion_counts at (1, S, d) without computing at S: at fixed d and h every count is c₂·S² + c₁·S + c₀
-    (each array's size is S·(something), S²·h or free of S; launches do not depend on S), so three small
-    runs fix c₂, c₁, c₀ exactly (in integers), and the polynomial gives S. A fourth run, at check_length,
-    must agree with the polynomial (tests also check it against a run at a larger S)."""
+def fusion_counts_from_shapes(d: int, h: int, S: int, sample_lengths=(2, 4, 6),
+                              check_length: int = 8, seed: int = 0) -> list[dict]:
+    """fusion_counts at (1, S, d) without computing at S. At fixed d and h every count is
+    c₂·S² + c₁·S + c₀ (each array's size is S·(something), S²·h or free of S; launches do not
+    depend on S), so three small runs fix c₂, c₁, c₀ exactly (in integers), and the polynomial
+    gives S. A fourth run, at check_length, must agree (tests check a larger S against a run)."""
     lengths = (*sample_lengths, check_length)
     runs = [fusion_counts(d, h, n, seed=seed) for n in lengths]
     rows = []
     for per_length in zip(*runs):
         row = dict(path=per_length[0]["path"])
         for key in per_length[0]:
-            if key != "path":
-                values = [r[key] for r in per_length]
-                if _extrapolate(sample_lengths, values[:-1], check_length) != values[-1]:
-                    raise ArithmeticError(f"{row['path']}: {key} is not quadratic in S: {dict(zip(lengths, values))}")
-                row[key] = _extrapolate(sample_lengths, values[:-1], S)
+            if key == "path":
+                continue
+            values = [r[key] for r in per_length]
+            if _extrapolate(sample_lengths, values[:-1], check_length) != values[-1]:
+                raise ArithmeticError(f"{row['path']}: {key} is not quadratic in S: "
+                                      f"{dict(zip(lengths, values))}")
+            row[key] = _extrapolate(sample_lengths, values[:-1], S)
         rows.append(row)
     return rows
 
 
 def _extrapolate(xs, ys, x) -> int:
-    """The quadratic through (xs, ys) at x, in exact fractions (Lagrange); it must come out an integer."""
+    """The quadratic through (xs, ys) at x in exact fractions (Lagrange): an integer or an error."""
     value = sum(Fraction(y) * math.prod(Fraction(x - xj, xi - xj) for xj in xs if xj != xi)
                 for xi, y in zip(xs, ys))
     if value.denominator != 1:
-        raise ArithmeticError(f"counts at S = {xs} ({ys}) are not a quadratic in S with integer values")
+        raise ArithmeticError(f"counts at S = {xs} ({ys}) are not a quadratic in S with integer "
+                              f"values")
     return int(value)
 
 
@@ -596,21 +599,23 @@ def fusion_times(d: int, h: int, S: int, repeats: int = 5, seed: int = 0) -> dic
         with _fusion_switch(path):
             layer(Tensor(x, requires_grad=True)).sum().backward()
         layer.zero_grad()
-    return {path: common.median_time(lambda: step(path), repeats, warmup=1)[0] for path in FUSION_PATHS}
+    return {path: common.median_time(lambda: step(path), repeats, warmup=1)[0]
+            for path in FUSION_PATHS}
 
 
 def show_fusion(args):
     big = GPT2_LAYER
     small = dict(d=128, h=4, S=128) if args.quick else dict(d=256, h=4, S=256)
-    common.header(7, "§8.4 continued, beyond the notes:", "what fusion buys, in launches, bytes and memory "
-                                                           "(one Pre-LN layer, B = 1, forward + backward)")
+    common.header(7, "§8.4 continued, beyond the notes:",
+                  "what fusion buys, in launches, bytes and memory "
+                  "(one Pre-LN layer, B = 1, forward + backward)")
     rows = fusion_counts_from_shapes(big["d"], big["h"], big["S"], seed=args.seed)
     by_path = {r["path"]: r for r in rows}
     common.note(f"At the notes' shapes, GPT-2 small's layer (d = {big['d']}, h = {big['h']}, "
-                f"S = {big['S']}), counted from runs at S = 2, 4, 6 (every count is\nquadratic in S; "
-                f"checked at S = 8); bytes at float64, tensor.py's dtype (÷ 2 for float32, ÷ 4 for fp16). "
-                f"Calls: all;\nlaunches: the calls that move memory (not view, permute, nor the backward "
-                f"of contiguous).")
+                f"S = {big['S']}), counted from runs at S = 2, 4, 6 (every count\nis quadratic "
+                f"in S; checked at S = 8); bytes at float64, tensor.py's dtype (÷ 2 for float32, "
+                f"÷ 4 for fp16).\nCalls: all; launches: the calls that move memory (not view, "
+                f"permute, nor the backward of contiguous).")
     mib = 2 ** 20
     common.table([[r["path"], r["forward_calls"], r["forward_moving"], r["backward_calls"],
                    r["backward_moving"], f"{r['forward_bytes'] / mib:,.0f}",
@@ -618,32 +623,35 @@ def show_fusion(args):
                    f"{(r['forward_bytes'] + r['backward_bytes']) / mib:,.0f}",
                    f"{r['forward_flops'] / 1e9:.2f}", f"{r['backward_flops'] / 1e9:.2f}",
                    f"{r['saved'] / mib:,.0f}"] for r in rows],
-                 headers=["path", "fwd calls", "launches", "bwd calls", "launches", "fwd MiB moved",
-                          "bwd MiB moved", "total MiB", "fwd GFLOP", "bwd GFLOP", "MiB saved for bwd"],
+                 headers=["path", "fwd calls", "launches", "bwd calls", "launches",
+                          "fwd MiB moved", "bwd MiB moved", "total MiB", "fwd GFLOP",
+                          "bwd GFLOP", "MiB saved for bwd"],
                  disable_numparse=True)
     composed, fused_row, flash = (by_path[p] for p in FUSION_PATHS)
     moved = {p: r["forward_bytes"] + r["backward_bytes"] for p, r in by_path.items()}
     launches = {p: r["forward_moving"] + r["backward_moving"] for p, r in by_path.items()}
     flops = {p: r["forward_flops"] + r["backward_flops"] for p, r in by_path.items()}
     recompute = 2 * big["S"] ** 2 * big["d"]  # q kᵀ again: 2·S·S·Dh per head, h heads
-    common.note(f"Fusing LayerNorm, GELU and scale + mask + softmax: launches {launches['composed']} -> "
-                f"{launches['fused']}, bytes moved ÷ {moved['composed'] / moved['fused']:.2f}; with the "
-                f"flash core: launches {launches['fused + flash']}, bytes ÷ "
+    extra = flash["backward_flops"] - composed["backward_flops"]
+    common.note(f"Fusing LayerNorm, GELU and scale + mask + softmax: launches "
+                f"{launches['composed']} -> {launches['fused']}, bytes moved ÷ "
+                f"{moved['composed'] / moved['fused']:.2f}; with the flash core: launches "
+                f"{launches['fused + flash']}, bytes ÷ "
                 f"{moved['composed'] / moved['fused + flash']:.2f}.")
-    common.note(f"FLOPs: fused {'=' if flops['fused'] == flops['composed'] else '≠ (a BUG)'} composed; the "
-                f"flash backward makes {(flash['backward_flops'] - composed['backward_flops']) / 1e9:.2f} "
-                f"GFLOP more, 2·S²·d = {recompute / 1e9:.2f}: it recomputes q kᵀ instead of keeping\nthe "
-                f"weights. Saved for backward: {composed['saved'] / mib:,.0f} MiB composed, "
+    common.note(f"FLOPs: fused {'=' if flops['fused'] == flops['composed'] else '≠ (a BUG)'} "
+                f"composed; the flash backward makes {extra / 1e9:.2f} GFLOP more, "
+                f"2·S²·d = {recompute / 1e9:.2f}: it recomputes q kᵀ instead of keeping\nthe "
+                f"weights. Saved for backward: {composed['saved'] / mib:,.0f} MiB composed,\n"
                 f"{fused_row['saved'] / mib:,.0f} fused (no intermediates of softmax and GELU), "
-                f"{flash['saved'] / mib:,.0f} with the flash core (none).")
+                f"{flash['saved'] / mib:,.0f} with the flash core (no h × S × S).")
     times = fusion_times(small["d"], small["h"], small["S"], seed=args.seed)
     for path in FUSION_PATHS:
-        common.timing(f"d = {small['d']}, h = {small['h']}, S = {small['S']}, forward + backward on this "
-                      f"CPU, {path:13}: {1e3 * times[path]:6.1f} ms "
+        common.timing(f"d = {small['d']}, h = {small['h']}, S = {small['S']}, forward + backward "
+                      f"on this CPU, {path:13}: {1e3 * times[path]:6.1f} ms "
                       f"({times['composed'] / times[path]:.2f}× the composed speed)")
-    print("(numpy runs each fused primitive as a few whole-array passes of its own, so on this CPU fusion "
-          "saves Python calls\nmore than memory traffic; on a GPU each launch costs microseconds and each "
-          "pass a round trip through global memory)")
+    print("(numpy runs each fused primitive as a few whole-array passes of its own, so on this CPU "
+          "fusion saves Python calls\nmore than memory traffic; on a GPU each launch costs "
+          "microseconds and each pass a round trip through global memory)")
     draw_fusion(rows, big, args.figures)
 
 
@@ -651,9 +659,10 @@ def show_fusion(args):
 def draw_fusion(rows: list[dict], shape: dict, figures_dir):
     import matplotlib.pyplot as plt
     names = [r["path"] for r in rows]
-    moving = [(r["forward_moving"], r["backward_moving"]) for r in rows]
-    panels = [("launches (calls that move memory)", moving, 1),
-              ("GiB moved (float64)", [(r["forward_bytes"], r["backward_bytes"]) for r in rows], 2 ** 30),
+    panels = [("launches (calls that move memory)",
+               [(r["forward_moving"], r["backward_moving"]) for r in rows], 1),
+              ("GiB moved (float64)",
+               [(r["forward_bytes"], r["backward_bytes"]) for r in rows], 2 ** 30),
               ("MiB saved for backward (float64)", [(r["saved"], 0) for r in rows], 2 ** 20)]
     fig, axes = plt.subplots(1, 3, figsize=(11, 3.4))
     for ax, (title, values, unit) in zip(axes, panels):
@@ -667,8 +676,8 @@ def draw_fusion(rows: list[dict], shape: dict, figures_dir):
         ax.set_title(title, fontsize=9)
         ax.tick_params(axis="x", labelsize=8)
     axes[0].legend(fontsize=8)
-    fig.suptitle(f"One Pre-LN layer, d = {shape['d']}, h = {shape['h']}, S = {shape['S']}: composed vs "
-                 f"fused vs flash (tensor.py's counters)", fontsize=10, y=1.02)
+    fig.suptitle(f"One Pre-LN layer, d = {shape['d']}, h = {shape['h']}, S = {shape['S']}: "
+                 f"composed vs fused vs flash (tensor.py's counters)", fontsize=10, y=1.02)
     common.save_figure(fig, "03_fusion", figures_dir)
 
 
