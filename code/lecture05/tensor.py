@@ -22,7 +22,7 @@ How it works (micrograd's design, with arrays):
 
 The primitives (16): add, sub, mul, div, neg, exp, log, sigmoid, relu, matmul, sum, max (value
 only, treated as a constant), view, permute, contiguous, embedding (gather; backward is scatter-add).
-Softmax, GELU, 1/sqrt are compositions of these. The fused primitives (5): layer_norm, softmax
+Softmax, GELU, 1/sqrt are compositions of these. The fused primitives (4): layer_norm, softmax
 (scale and additive mask folded in), gelu, flash_attention; lecture 6 uses them only inside
 `transformer.fused()`.
 """
@@ -542,7 +542,8 @@ def embedding(weight: Tensor, indices) -> Tensor:
         np.add.at(grad, idx.reshape(-1), g.reshape(-1, weight.shape[1]))
         weight._accumulate(grad)
     rows = weight.data[idx]
-    return weight._result(rows, (weight,), "embedding", backward, saved=(idx,), read=rows.nbytes + idx.nbytes)
+    return weight._result(rows, (weight,), "embedding", backward, saved=(idx,),
+                          read=rows.nbytes + idx.nbytes)   # the rows it gathers, not the whole table
 
 
 # ---- fused primitives: one launch forward, one backward, each backward derived by hand ---------------
@@ -621,7 +622,8 @@ def gelu(x: Tensor) -> Tensor:
     def backward(g):
         squared = x.data * x.data
         t = np.tanh(c * x.data * (1.0 + 0.044715 * squared))
-        x._accumulate(g * (0.5 * (1.0 + t) + 0.5 * c * x.data * (1.0 - t * t) * (1.0 + 3 * 0.044715 * squared)))
+        slope = 0.5 * (1.0 + t) + 0.5 * c * x.data * (1.0 - t * t) * (1.0 + 3 * 0.044715 * squared)
+        x._accumulate(g * slope)
     t = np.tanh(c * x.data * (1.0 + 0.044715 * x.data * x.data))
     return x._result(0.5 * x.data * (1.0 + t), (x,), "gelu", backward, saved=(x.data,))
 
@@ -632,7 +634,8 @@ def _block_scores(q, kT, mask, causal: bool, scale: float, start: int, stop: int
     if mask is not None:
         scores = scores + mask[..., start:stop]
     if causal:  # made from positions, not read from an S × S array: the future of query i is j > i
-        scores = scores + np.where(np.arange(start, stop) > np.arange(q.shape[-2])[:, None], MASK_VALUE, 0.0)
+        future = np.arange(start, stop) > np.arange(q.shape[-2])[:, None]   # (S_q, n)
+        scores = scores + np.where(future, MASK_VALUE, 0.0)
     return scores
 
 
@@ -682,20 +685,22 @@ def flash_attention(q: Tensor, kT: Tensor, v: Tensor, mask=None, causal: bool = 
     log_sum = np.log(row_sum)
 
     def backward(g):
-        big_d = (g * out).sum(axis=-1, keepdims=True)                     # (..., S_q, 1)
-        grads = [np.zeros(t.shape) for t in (q, kT, v)]
+        row_dot = (g * out).sum(axis=-1, keepdims=True)                   # D = rowsum(dO∘O): (..., S_q, 1)
+        dq, dkT, dv = np.zeros(q.shape), np.zeros(kT.shape), np.zeros(v.shape)
         for start, stop in blocks:
-            p = np.exp((_block_scores(q.data, kT.data, mask_view, causal, scale, start, stop) - row_max) - log_sum)
-            grads[2][..., start:stop, :] = np.swapaxes(p, -1, -2) @ g
-            ds = p * (g @ np.swapaxes(v.data[..., start:stop, :], -1, -2) - big_d) * scale
-            grads[0] += ds @ np.swapaxes(kT.data[..., start:stop], -1, -2)
-            grads[1][..., start:stop] = np.swapaxes(q.data, -1, -2) @ ds
-        for t, grad in zip((q, kT, v), grads):
+            s = _block_scores(q.data, kT.data, mask_view, causal, scale, start, stop)
+            p = np.exp((s - row_max) - log_sum)                           # the block's weights, recomputed
+            dv[..., start:stop, :] = np.swapaxes(p, -1, -2) @ g
+            ds = p * (g @ np.swapaxes(v.data[..., start:stop, :], -1, -2) - row_dot) * scale
+            dq += ds @ np.swapaxes(kT.data[..., start:stop], -1, -2)
+            dkT[..., start:stop] = np.swapaxes(q.data, -1, -2) @ ds
+        for t, grad in ((q, dq), (kT, dkT), (v, dv)):
             if t.requires_grad:
                 t._accumulate(grad)
     pairs = int(np.prod(batch)) * n_queries * n_keys
-    return q._result(out, (q, kT, v), "flash_attention", backward,
-                     saved=(q.data, kT.data, v.data, out, row_max, log_sum) + (() if mask is None else (mask,)),
-                     written=(row_max, log_sum), flops=2 * pairs * (head_dim + v.shape[-1]),
-                     backward_flops=2 * pairs * (3 * head_dim + 2 * v.shape[-1]),
-                     read=q.data.nbytes + kT.data.nbytes + v.data.nbytes + (0 if mask is None else mask.nbytes))
+    kept = (q.data, kT.data, v.data, out, row_max, log_sum) + (() if mask is None else (mask,))
+    read = q.data.nbytes + kT.data.nbytes + v.data.nbytes + (0 if mask is None else mask.nbytes)
+    # FLOPs per (query, key) pair: forward q·k and p·v; backward q·k again, then dv, dp, dq and dk
+    return q._result(out, (q, kT, v), "flash_attention", backward, saved=kept, written=(row_max, log_sum),
+                     flops=2 * pairs * (head_dim + v.shape[-1]),
+                     backward_flops=2 * pairs * (3 * head_dim + 2 * v.shape[-1]), read=read)
