@@ -4,9 +4,12 @@ Serves the lecture-6 notes §9.1 (softmax_loss through logsumexp, part 1), §7.2
 §3.2 (shapes and strides inside multi-head attention, part 3), §9.2 (parity with the PyTorch twin,
 part 4), §8.4 (how many primitive operations each module's forward makes, part 5) and §3.3, §6.1-§6.2
 (the paper's encoder-decoder: parameters at the base size, shapes through its layers with cross-attention,
-parity with torch.nn.Transformer, part 6). Everything runs on transformer.py, i.e. on lecture 5's tensor.py
+parity with torch.nn.Transformer, part 6). Beyond the notes, part 7 continues §8.4: what fused primitives
+and a flash-attention core buy a Pre-LN layer in launches, bytes moved and memory kept for backward
+(transformer.fused(), tensor.py's counters). Everything runs on transformer.py, i.e. on lecture 5's tensor.py
 primitives only; torch appears as the reference in parts 4 and 6. Runtime: about 7 s of CPU time (2-core
-machine), most of it importing torch and building the 63M-parameter base model of part 6.
+machine), most of it importing torch and building the 63M-parameter base model of part 6; part 7 adds
+about 2 s.
 
     python code/lecture06/03_hw3_modules.py [--part N] [--seed S] [--quick] [--no-figures]
 """

@@ -3,10 +3,11 @@
 Serves the lecture-6 notes §8.1 (where the parameters are, part 1), §8.2 (FLOPs per token against
 PyTorch's FLOP counter, part 2), §8.3 (n = 6d, part 3; the activations a layer saves for backward,
 without and with dropout, part 4; the attention core's share of a layer's time, part 5) and §5.1 (the FFN's 2/3), plus
-exercises 5, 6 and 10. Models are torch_ref.py's modules: built on the meta device to count
-(shapes only, nothing allocated), cast to float32 to measure. Runtime: about 11 s of CPU time (2-core
-machine; 13 s with the figures), a third of it importing torch and the torch._dynamo that FlopCounterMode
-pulls in.
+exercises 5, 6 and 10. Beyond the notes, part 6 continues §8.3: with a flash-attention core (tensor.py's, and
+torch's scaled_dot_product_attention) the h × S × S term leaves the activations saved for backward.
+Models are torch_ref.py's modules: built on the meta device to count (shapes only, nothing allocated), cast
+to float32 to measure. Runtime: about 11 s of CPU time (2-core machine; 13 s with the figures), a third of
+it importing torch and the torch._dynamo that FlopCounterMode pulls in; part 6 adds about 1.5 s.
 
     python code/lecture06/06_costs.py [--part N] [--seed S] [--quick] [--no-figures]
 """
