@@ -551,10 +551,11 @@ def layer_traffic(layer, x: np.ndarray, path: str) -> dict:
     return row
 
 
-def fusion_counts(d: int, h: int, S: int, B: int = 1, seed: int = 0) -> list[dict]:
-    """layer_traffic for the three paths, run at (B, S, d)."""
-    transformer.set_seed(seed)
-    layer = transformer.TransformerLayer(d, h, p_dropout=0.0)
+def fusion_counts(d: int, h: int, S: int, B: int = 1, seed: int = 0, layer=None) -> list[dict]:
+    """layer_traffic for the three paths, run at (B, S, d) (on `layer` if given: built once)."""
+    if layer is None:
+        transformer.set_seed(seed)
+        layer = transformer.TransformerLayer(d, h, p_dropout=0.0)
     x = np.random.default_rng(seed).standard_normal((B, S, d))
     return [layer_traffic(layer, x, path) for path in FUSION_PATHS]
 
@@ -566,7 +567,9 @@ def fusion_counts_from_shapes(d: int, h: int, S: int, sample_lengths=(2, 4, 6),
     depend on S), so three small runs fix c₂, c₁, c₀ exactly (in integers), and the polynomial
     gives S. A fourth run, at check_length, must agree (tests check a larger S against a run)."""
     lengths = (*sample_lengths, check_length)
-    runs = [fusion_counts(d, h, n, seed=seed) for n in lengths]
+    transformer.set_seed(seed)
+    layer = transformer.TransformerLayer(d, h, p_dropout=0.0)   # counts do not depend on the weights
+    runs = [fusion_counts(d, h, n, seed=seed, layer=layer) for n in lengths]
     rows = []
     for per_length in zip(*runs):
         row = dict(path=per_length[0]["path"])
