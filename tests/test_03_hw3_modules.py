@@ -3,6 +3,7 @@ import math
 from collections import Counter
 
 import numpy as np
+import pytest
 import torch
 
 import common
@@ -172,6 +173,35 @@ def test_script_runs_and_is_deterministic(capsys, tmp_path):
     for figures in (["--figures", str(tmp_path)], ["--no-figures"]):  # draw once: the figure is the slow bit
         common.main(s03.__doc__, s03.PARTS, argv=["--quick"] + figures)
         outputs.append(capsys.readouterr().out)
-    assert [line for line in outputs[0].splitlines() if not line.startswith("[figure]")] == outputs[1].splitlines()
+    untimed = [[line for line in out.splitlines() if not line.startswith(("[figure]", common.TIMER))]
+               for out in outputs]                                     # part 7's ⏱ lines differ run to run
+    assert untimed[0] == untimed[1]
     assert all(f"Part {k} ·" in outputs[0] for k in s03.PARTS)
-    assert (tmp_path / "03_op_counts.png").exists()
+    assert (tmp_path / "03_op_counts.png").exists() and (tmp_path / "03_fusion.png").exists()
+    assert sum(line.startswith(common.TIMER) for line in outputs[0].splitlines()) == 3
+
+
+# ---- part 7 · beyond the notes: what fusion buys
+def test_fusion_counts_from_shapes_equal_a_real_run():
+    """The quadratic-in-S extrapolation from S = 2, 4, 6 (checked at 8) gives exactly what a run at S = 13 counts."""
+    assert s03.fusion_counts_from_shapes(12, 3, 13) == s03.fusion_counts(12, 3, 13)
+
+
+def test_fusion_launches_flops_and_bytes():
+    S, d, h = 10, 16, 4
+    composed, fused, flash = s03.fusion_counts(d, h, S)
+    assert (composed["forward_calls"], fused["forward_calls"], flash["forward_calls"]) == (68, 29, 27)
+    assert (composed["forward_moving"], fused["forward_moving"], flash["forward_moving"]) == (60, 21, 19)
+    for row in (composed, fused, flash):                               # notes §8.2: matmuls only
+        assert row["forward_flops"] == 24 * S * d * d + 4 * S * S * d
+    assert fused["backward_flops"] == composed["backward_flops"] == 2 * composed["forward_flops"]
+    assert flash["backward_flops"] - composed["backward_flops"] == 2 * S * S * d   # q kᵀ recomputed
+    for field in ("forward_bytes", "backward_bytes", "saved"):
+        assert composed[field] > fused[field] > flash[field]
+    assert fused["saved"] == 8 * (16 * S * d + h * S * S + 4 * S)     # float64: 8 bytes an element
+    assert flash["saved"] == 8 * (16 * S * d + 2 * h * S + 4 * S)
+
+
+def test_fusion_path_names_are_checked():
+    with pytest.raises(ValueError, match="unknown path 'flash'; choose one of composed, fused, fused \\+ flash"):
+        s03._fusion_switch("flash")

@@ -211,3 +211,20 @@ def test_script_runs(capsys, tmp_path):
     timed = [line for line in out.splitlines() if line.startswith(common.TIMER)]
     assert len(timed) == 2 and all("core inside it" in line and "FLOP share" in line for line in timed)
     assert (tmp_path / "06_flops_vs_n.png").exists() and (tmp_path / "06_activation_memory.png").exists()
+    assert (tmp_path / "06_flash_memory.png").exists()
+
+
+# ---- part 6 · beyond the notes: the flash core's memory
+def test_flash_memory_exactly_and_the_fits():
+    d, h = 16, 2
+    r = s06.flash_memory(seq_lens=(8, 16, 32), n_embd=d, n_head=h)
+    for x in r["rows"]:
+        S = x["S"]
+        assert x["fused"]["floats"] == 16 * S * d + h * S * S + 4 * S         # what part 4's torch layer saves
+        assert x["fused + flash"]["floats"] == 16 * S * d + 2 * h * S + 4 * S
+        assert x["torch_sdpa_layer"] == 16 * S * d + h * S + 4 * S
+        assert x["torch_sdpa_core"] == 4 * S * d + h * S                      # q, k, v, out, logsumexp
+        assert x["composed"]["floats"] > x["fused"]["floats"]
+        assert x["fused + flash"]["backward_flops"] - x["fused"]["backward_flops"] == 2 * S * S * d
+    assert abs(r["fits"]["fused"]["b"] - 1) < 1e-9 and r["fits"]["fused + flash"]["b"] == 0.0
+    assert r["fits"]["torch_sdpa_layer"]["b"] == 0.0

@@ -14,11 +14,17 @@ How it works (micrograd's design, with arrays):
   backpropagated through once: the closures are released, and a second backward() through them
   is refused unless the first one was called with retain_graph=True.
 - Every primitive call increments `OP_COUNTS[kind]`: each call would be one kernel launch on a
-  GPU, which is what script 03 part 5 counts (notes §8.4).
+  GPU, which is what script 03 part 5 counts (notes §8.4). Beside it, `TRAFFIC` counts launches
+  (forward calls and backward-closure calls), the bytes each launch reads and writes, and matmul
+  FLOPs; `saved_bytes` adds up what a graph's closures keep alive for backward (03 part 7, 06 part 6).
+- At the end, fused primitives (one launch forward, one backward, each backward derived by hand, as
+  the course's CUDA homework does) and a flash-attention core: what fusion buys, measured.
 
 The primitives (16): add, sub, mul, div, neg, exp, log, sigmoid, relu, matmul, sum, max (value
 only, treated as a constant), view, permute, contiguous, embedding (gather; backward is scatter-add).
-Softmax, GELU, 1/sqrt are compositions of these.
+Softmax, GELU, 1/sqrt are compositions of these. The fused primitives (4): layer_norm, softmax
+(scale and additive mask folded in), gelu, flash_attention; lecture 6 uses them only inside
+`transformer.fused()`.
 """
 from __future__ import annotations
 
@@ -40,6 +46,64 @@ def count_ops():
         yield counts
     finally:
         counts.update(OP_COUNTS - before)
+
+
+class Traffic:
+    """What the launches inside a block cost: Counters keyed by (pass, kind), pass "forward" (a
+    primitive's call) or "backward" (its closure's call). A launch is charged the bytes of every array
+    it reads and writes, once (a GPU kernel's global-memory traffic with perfect caching); view and
+    permute move nothing (they change strides only), nor do the backward closures of view, permute and
+    contiguous (they hand the gradient on). flops: multiply-adds ×2 of matmul and flash_attention only,
+    as the notes count."""
+
+    def __init__(self):
+        self.launches, self.bytes, self.flops = Counter(), Counter(), Counter()
+
+    def total(self, field: str, direction: str | None = None) -> int:
+        return sum(n for (d, _), n in getattr(self, field).items() if direction in (None, d))
+
+
+TRAFFIC = Traffic()
+MOVES_NOTHING = {"forward": {"view", "permute"}, "backward": {"view", "permute", "contiguous"}}
+
+
+def _charge(direction: str, kind: str, nbytes: int, flops: int = 0):
+    TRAFFIC.launches[direction, kind] += 1
+    TRAFFIC.bytes[direction, kind] += 0 if kind in MOVES_NOTHING[direction] else nbytes
+    TRAFFIC.flops[direction, kind] += flops
+
+
+@contextmanager
+def count_traffic():
+    """`with count_traffic() as traffic: ...` -> a Traffic of the launches made inside the block."""
+    traffic = Traffic()
+    before = [counter.copy() for counter in (TRAFFIC.launches, TRAFFIC.bytes, TRAFFIC.flops)]
+    try:
+        yield traffic
+    finally:
+        for mine, now, then in zip((traffic.launches, traffic.bytes, traffic.flops),
+                                   (TRAFFIC.launches, TRAFFIC.bytes, TRAFFIC.flops), before):
+            mine.update(now - then)
+
+
+def _kept(*pairs) -> tuple:
+    """The arrays a backward closure reads: of each (array, needed) pair, the array if needed."""
+    return tuple(array for array, needed in pairs if needed)
+
+
+def _owner(array: np.ndarray) -> np.ndarray:
+    """The array that owns a view's memory (a view keeps its owner alive)."""
+    while isinstance(array.base, np.ndarray):
+        array = array.base
+    return array
+
+
+def saved_bytes(root: "Tensor", exclude=()) -> int:
+    """Bytes the backward closures of root's graph keep alive: each buffer once (a view counts as
+    the array it views), single numbers (constants) and the arrays of `exclude` (parameters) left out."""
+    left_out = {id(_owner(t.data)) for t in exclude}
+    buffers = {id(_owner(a)): _owner(a) for node in graph(root) for a in node._saved if a.ndim}
+    return sum(a.nbytes for key, a in buffers.items() if key not in left_out)
 
 
 _grad_enabled = True
@@ -77,6 +141,13 @@ def _broadcast_shape(a: tuple, b: tuple, op: str):
                          f"trailing dimensions must be equal or 1")
 
 
+def _matmul_cost(a: "Tensor", b: "Tensor", out_data: np.ndarray) -> dict:
+    """A matmul's saved arrays and FLOPs: 2·K per output element forward, as much per input gradient."""
+    flops = 2 * out_data.size * a.shape[-1]
+    return dict(saved=_kept((b.data, a.requires_grad), (a.data, b.requires_grad)), flops=flops,
+                backward_flops=flops * (a.requires_grad + b.requires_grad))
+
+
 def _released(g):
     """Stands in for a backward closure that backward() has run and let go of (see backward)."""
     raise AssertionError("a released backward closure was called")
@@ -94,6 +165,8 @@ class Tensor:
         self._op = _op
         self._backward = None
         self._grad_owned = False
+        self._saved = ()            # the arrays _backward reads (bytes moved, memory kept alive)
+        self._backward_flops = 0
 
     # ---- bookkeeping ------------------------------------------------------------------
     def __repr__(self):
@@ -153,13 +226,20 @@ class Tensor:
     def _wrap(x) -> "Tensor":
         return x if isinstance(x, Tensor) else Tensor(x)
 
-    def _result(self, data: np.ndarray, parents: tuple, op: str, backward) -> "Tensor":
-        """Create an op's output; keep the graph only if some input needs a gradient."""
+    def _result(self, data: np.ndarray, parents: tuple, op: str, backward, saved: tuple = (),
+                written: tuple = (), flops: int = 0, backward_flops: int = 0, read=None) -> "Tensor":
+        """Create an op's output; keep the graph only if some input needs a gradient.
+
+        saved: the arrays backward reads; written: what the forward writes beside its output (a
+        fused kernel's per-row statistics); read: bytes read, when not all of every input."""
         OP_COUNTS[op] += 1
+        read = sum(p.data.nbytes for p in parents) if read is None else read
+        _charge("forward", op, read + data.nbytes + sum(w.nbytes for w in written), flops)
         needs_grad = _grad_enabled and any([p.requires_grad for p in parents])
         out = Tensor(data, requires_grad=needs_grad, _parents=parents if needs_grad else (), _op=op)
         if needs_grad:
             out._backward = backward  # called with out.grad; holds no reference to out, so no cycle
+            out._saved, out._backward_flops = saved, backward_flops
         return out
 
     # ---- the primitives ---------------------------------------------------------------
@@ -185,7 +265,8 @@ class Tensor:
                 a._accumulate(_unbroadcast(g * b.data, a.shape))
             if b.requires_grad:
                 b._accumulate(_unbroadcast(g * a.data, b.shape))
-        return self._result(a.data * b.data, (a, b), "mul", backward)
+        return self._result(a.data * b.data, (a, b), "mul", backward,
+                            saved=_kept((b.data, a.requires_grad), (a.data, b.requires_grad)))
 
     def __sub__(self, other) -> "Tensor":
         # a primitive rather than a + (-b), as in most frameworks: one launch instead of two
@@ -212,7 +293,8 @@ class Tensor:
                 a._accumulate(_unbroadcast(g / b.data, a.shape))
             if b.requires_grad:
                 b._accumulate(_unbroadcast(-g * out_data / b.data, b.shape))   # d(a/b)/db = -(a/b)/b
-        return self._result(out_data, (a, b), "div", backward)
+        return self._result(out_data, (a, b), "div", backward,
+                            saved=_kept((b.data, True), (out_data, b.requires_grad)))
 
     def __neg__(self) -> "Tensor":
         a = self
@@ -226,7 +308,7 @@ class Tensor:
 
         def backward(g):
             a._accumulate(g * out_data)
-        return self._result(out_data, (a,), "exp", backward)
+        return self._result(out_data, (a,), "exp", backward, saved=(out_data,))
 
     def log(self) -> "Tensor":
         a = self
@@ -238,7 +320,7 @@ class Tensor:
             with np.errstate(divide="ignore"):
                 a._accumulate(g / a.data)
         with np.errstate(divide="ignore"):  # log 0 = -inf, as in torch: logsumexp of an all -inf row needs it
-            return self._result(np.log(a.data), (a,), "log", backward)
+            return self._result(np.log(a.data), (a,), "log", backward, saved=(a.data,))
 
     def sigmoid(self) -> "Tensor":
         a = self
@@ -251,14 +333,14 @@ class Tensor:
 
         def backward(g):
             a._accumulate(g * out_data * (1.0 - out_data))
-        return self._result(out_data, (a,), "sigmoid", backward)
+        return self._result(out_data, (a,), "sigmoid", backward, saved=(out_data,))
 
     def relu(self) -> "Tensor":
         a = self
 
         def backward(g):
             a._accumulate(g * (a.data > 0))
-        return self._result(np.maximum(a.data, 0.0), (a,), "relu", backward)
+        return self._result(np.maximum(a.data, 0.0), (a,), "relu", backward, saved=(a.data,))
 
     def __matmul__(self, other) -> "Tensor":
         other = self._wrap(other)
@@ -284,14 +366,15 @@ class Tensor:
                 if b.requires_grad:
                     b._accumulate(rows_a.T @ rows_g)
             out_data = (rows_a @ b.data).reshape(*a.shape[:-1], b.shape[-1])
-            return self._result(out_data, (a, b), "matmul", backward)
+            return self._result(out_data, (a, b), "matmul", backward, **_matmul_cost(a, b, out_data))
 
         def backward(g):
             if a.requires_grad:
                 a._accumulate(_unbroadcast(g @ np.swapaxes(b.data, -1, -2), a.shape))
             if b.requires_grad:
                 b._accumulate(_unbroadcast(np.swapaxes(a.data, -1, -2) @ g, b.shape))
-        return self._result(a.data @ b.data, (a, b), "matmul", backward)
+        out_data = a.data @ b.data
+        return self._result(out_data, (a, b), "matmul", backward, **_matmul_cost(a, b, out_data))
 
     def sum(self, axis=None, keepdims: bool = False) -> "Tensor":
         a = self
@@ -311,6 +394,7 @@ class Tensor:
         row is -inf (numpy would raise), so a length-0 sequence goes through softmax as through torch."""
         OP_COUNTS["max"] += 1
         m = self.data.max(axis=axis, keepdims=keepdims, initial=-np.inf)
+        _charge("forward", "max", self.data.nbytes + m.nbytes)
         return Tensor(np.where(np.isinf(m), 0.0, m) if finite else m)
 
     def view(self, *shape) -> "Tensor":
@@ -416,6 +500,9 @@ class Tensor:
                     node.grad, node._grad_owned = np.array(node.grad), True  # a leaf's own, writable copy
                 continue
             if node.grad is not None:
+                written = sum(p.data.nbytes for p in node._parents if p.requires_grad)
+                _charge("backward", node._op, node.grad.nbytes + sum(a.nbytes for a in node._saved)
+                        + written, node._backward_flops)
                 node._backward(node.grad)
                 node.grad = None  # free intermediates' gradients
             if not retain_graph:
@@ -463,4 +550,166 @@ def embedding(weight: Tensor, indices) -> Tensor:
         grad = np.zeros_like(weight.data)
         np.add.at(grad, idx.reshape(-1), g.reshape(-1, weight.shape[1]))
         weight._accumulate(grad)
-    return weight._result(weight.data[idx], (weight,), "embedding", backward)
+    rows = weight.data[idx]
+    return weight._result(rows, (weight,), "embedding", backward, saved=(idx,),
+                          read=rows.nbytes + idx.nbytes)   # the rows it gathers, not the whole table
+
+
+# ---- fused primitives: one launch forward, one backward, each backward derived by hand ---------------
+# What the course's CUDA homework does for softmax and LayerNorm: the composed versions above make 7 to
+# 20 launches, each reading and writing a whole tensor; these make one each way. Lecture 6 calls them
+# only inside `transformer.fused()`, so its HW3 modules stay free of hand-written backward by default.
+MASK_VALUE = -1e9   # what flash_attention's causal mask adds: transformer.MASK_VALUE, the one convention
+
+
+def _constant_mask(mask, shape: tuple, op: str):
+    """An additive mask as an array that broadcasts to `shape` (the scores' shape), or None."""
+    if mask is None:
+        return None
+    if isinstance(mask, Tensor) and mask.requires_grad:
+        raise ValueError(f"{op}: the mask requires a gradient; a mask is a constant (0 where a query may "
+                         f"look, {MASK_VALUE:g} where it may not), so pass it without requires_grad")
+    mask = np.asarray(mask.data if isinstance(mask, Tensor) else mask, dtype=DTYPE)
+    if len(mask.shape) > len(shape) or not _broadcasts(mask.shape, shape):
+        raise ValueError(f"{op}: a mask of shape {mask.shape} does not broadcast to the scores' shape "
+                         f"{shape}; trailing dimensions must be equal or 1")
+    return mask
+
+
+def layer_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e-5) -> Tensor:
+    """(x - μ)/√(σ² + eps) · weight + bias over the last dimension (biased σ², eps inside the root).
+
+    Forward writes y and, per row, μ and r = 1/√(σ² + eps); backward reads x, μ, r (x̂ is recomputed).
+    Backward, with x̂ = (x - μ)·r, g = dy∘weight and n the row length: ∂x̂_j/∂x_i = r(δ_ij - 1/n - x̂_i x̂_j/n)
+    (μ moves by 1/n, r by -r x̂_i/n), so dx = r(g - mean(g) - x̂·mean(g∘x̂)); dweight = Σ_rows dy∘x̂,
+    dbias = Σ_rows dy."""
+    if weight.shape != x.shape[-1:] or bias.shape != x.shape[-1:]:
+        raise ValueError(f"layer_norm: weight {weight.shape} and bias {bias.shape} must both have shape "
+                         f"({x.shape[-1]},), the last dimension of x {x.shape}")
+    mean = x.data.mean(axis=-1, keepdims=True)                        # (..., 1)
+    centred = x.data - mean
+    inv_std = 1.0 / np.sqrt((centred * centred).mean(axis=-1, keepdims=True) + eps)
+
+    def backward(g):
+        x_hat = (x.data - mean) * inv_std
+        rows = tuple(range(g.ndim - 1))
+        if weight.requires_grad:
+            weight._accumulate((g * x_hat).sum(axis=rows))
+        if bias.requires_grad:
+            bias._accumulate(g.sum(axis=rows))
+        if x.requires_grad:
+            gw = g * weight.data
+            x._accumulate(inv_std * (gw - gw.mean(axis=-1, keepdims=True)
+                                     - x_hat * (gw * x_hat).mean(axis=-1, keepdims=True)))
+    return x._result(centred * inv_std * weight.data + bias.data, (x, weight, bias), "layer_norm", backward,
+                     saved=(x.data, weight.data, mean, inv_std), written=(mean, inv_std))
+
+
+def softmax(x: Tensor, scale: float = 1.0, mask=None) -> Tensor:
+    """softmax(x·scale + mask) along the last dimension in one launch; the mask is additive and constant.
+
+    The same arithmetic as transformer.softmax on (x·scale + mask), so a fully masked row gets the same
+    finite weights summing to 1. Backward from the saved output y alone: with z = x·scale + mask,
+    ∂y_i/∂z_j = y_i(δ_ij - y_j), so dz = y∘(dy - Σ_j dy_j y_j), and dx = scale·dz (no gradient to the mask)."""
+    mask = _constant_mask(mask, x.shape, "softmax")
+    z = x.data * scale if mask is None else x.data * scale + mask
+    shifted = z - z.max(axis=-1, keepdims=True, initial=-np.inf)
+    y = np.exp(shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True)))
+
+    def backward(g):
+        x._accumulate(scale * y * (g - (g * y).sum(axis=-1, keepdims=True)))
+    return x._result(y, (x,), "softmax", backward, saved=(y,),
+                     read=x.data.nbytes + (0 if mask is None else mask.nbytes))
+
+
+def gelu(x: Tensor) -> Tensor:
+    """tanh GELU 0.5x(1 + tanh u), u = c(x + 0.044715x³), c = √(2/π), in one launch; saves x only.
+
+    Backward: d/dx = 0.5(1 + tanh u) + 0.5x(1 - tanh² u)·c(1 + 3·0.044715x²), tanh u recomputed."""
+    c = np.sqrt(2.0 / np.pi)
+
+    def backward(g):
+        squared = x.data * x.data
+        t = np.tanh(c * x.data * (1.0 + 0.044715 * squared))
+        slope = 0.5 * (1.0 + t) + 0.5 * c * x.data * (1.0 - t * t) * (1.0 + 3 * 0.044715 * squared)
+        x._accumulate(g * slope)
+    t = np.tanh(c * x.data * (1.0 + 0.044715 * x.data * x.data))
+    return x._result(0.5 * x.data * (1.0 + t), (x,), "gelu", backward, saved=(x.data,))
+
+
+def _block_scores(q, kT, mask, causal: bool, scale: float, start: int, stop: int) -> np.ndarray:
+    """The scores of keys start..stop-1, masked: (..., S_q, Dh) @ (..., Dh, n) -> (..., S_q, n)."""
+    scores = (q @ kT[..., start:stop]) * scale
+    if mask is not None:
+        scores = scores + mask[..., start:stop]
+    if causal:  # made from positions, not read from an S × S array: the future of query i is j > i
+        future = np.arange(start, stop) > np.arange(q.shape[-2])[:, None]   # (S_q, n)
+        scores = scores + np.where(future, MASK_VALUE, 0.0)
+    return scores
+
+
+def flash_attention(q: Tensor, kT: Tensor, v: Tensor, mask=None, causal: bool = False,
+                    block_size: int = 64) -> Tensor:
+    """softmax(q kᵀ/√Dh + mask) v in one launch, over key blocks, never forming the S_q × S_k weights.
+
+    q (..., S_q, Dh), kT (..., Dh, S_k), v (..., S_k, Dv); mask additive and constant, broadcastable to
+    (..., S_q, S_k); causal=True adds MASK_VALUE above the diagonal, made from positions (so no S × S
+    mask is read or kept). The online softmax: per block s, the running row max m, sum l and output acc
+    are rescaled by e^(m - m') when the max grows to m'. Saved for backward: q, k, v, the output and per
+    row m and log l (the logsumexp m + log l in its two parts: at a fully masked row m ≈ -1e9, and the
+    sum would round log l away to ~1e-7). Backward recomputes each block's scores: p = e^((s - m) - log l),
+    D = rowsum(dO∘O) (= Σ_j p_j dp_j), dv = pᵀdO, dp = dO vᵀ, ds = p∘(dp - D), dq += ds k/√Dh,
+    dk = dsᵀq/√Dh. It cannot drop attention weights (it never holds them all)."""
+    batch, (n_queries, head_dim), n_keys = q.shape[:-2], q.shape[-2:], kT.shape[-1]
+    if kT.shape[:-2] != batch or v.shape[:-2] != batch or kT.shape[-2] != head_dim or v.shape[-2] != n_keys:
+        raise ValueError(f"flash_attention: expected q (..., S_q, Dh), kT (..., Dh, S_k), v (..., S_k, Dv) with "
+                         f"the same leading dimensions, got q {q.shape}, kT {kT.shape}, v {v.shape}")
+    if isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer)) or block_size < 1:
+        raise ValueError(f"flash_attention: block_size must be an integer >= 1, got {block_size!r}")
+    if n_keys == 0:
+        raise ValueError(f"flash_attention: no keys (kT has shape {kT.shape}); attention needs S_k >= 1")
+    if causal and n_keys != n_queries:
+        raise ValueError(f"flash_attention: causal=True needs as many keys as queries, got S_q = {n_queries}, "
+                         f"S_k = {n_keys}; pass the mask as mask= instead (a KV cache's, say)")
+    scores_shape = (*batch, n_queries, n_keys)
+    mask = _constant_mask(mask, scores_shape, "flash_attention")
+    mask_view = None if mask is None else np.broadcast_to(mask, scores_shape)   # no copy
+    scale = 1.0 / np.sqrt(head_dim)
+    blocks = [(start, min(start + block_size, n_keys)) for start in range(0, n_keys, block_size)]
+    row_max = np.full((*batch, n_queries, 1), -np.inf)
+    row_sum = np.zeros((*batch, n_queries, 1))
+    acc = np.zeros((*batch, n_queries, v.shape[-1]))
+    for start, stop in blocks:
+        s = _block_scores(q.data, kT.data, mask_view, causal, scale, start, stop)
+        new_max = np.maximum(row_max, s.max(axis=-1, keepdims=True))
+        rescale, p = np.exp(row_max - new_max), np.exp(s - new_max)
+        row_sum = row_sum * rescale + p.sum(axis=-1, keepdims=True)
+        acc = acc * rescale + p @ v.data[..., start:stop, :]
+        row_max = new_max
+    # written in (..., S_q, h, Dv) order, as torch's CPU kernel writes it: merging the heads afterwards
+    # (permute, then contiguous) finds it contiguous, so no second copy of the output is made or kept
+    merged = np.empty((*batch[:-1], n_queries, *batch[-1:], v.shape[-1]))      # (B, S_q, h, Dv)
+    out = np.swapaxes(merged, -3, -2) if batch else merged                     # -> (B, h, S_q, Dv), no copy
+    np.divide(acc, row_sum, out=out)
+    log_sum = np.log(row_sum)
+
+    def backward(g):
+        row_dot = (g * out).sum(axis=-1, keepdims=True)                   # D = rowsum(dO∘O): (..., S_q, 1)
+        dq, dkT, dv = np.zeros(q.shape), np.zeros(kT.shape), np.zeros(v.shape)
+        for start, stop in blocks:
+            s = _block_scores(q.data, kT.data, mask_view, causal, scale, start, stop)
+            p = np.exp((s - row_max) - log_sum)                           # the block's weights, recomputed
+            dv[..., start:stop, :] = np.swapaxes(p, -1, -2) @ g
+            ds = p * (g @ np.swapaxes(v.data[..., start:stop, :], -1, -2) - row_dot) * scale
+            dq += ds @ np.swapaxes(kT.data[..., start:stop], -1, -2)
+            dkT[..., start:stop] = np.swapaxes(q.data, -1, -2) @ ds
+        for t, grad in ((q, dq), (kT, dkT), (v, dv)):
+            if t.requires_grad:
+                t._accumulate(grad)
+    pairs = int(np.prod(batch)) * n_queries * n_keys
+    kept = (q.data, kT.data, v.data, out, row_max, log_sum) + (() if mask is None else (mask,))
+    read = q.data.nbytes + kT.data.nbytes + v.data.nbytes + (0 if mask is None else mask.nbytes)
+    # FLOPs per (query, key) pair: forward q·k and p·v; backward q·k again, then dv, dp, dq and dk
+    return q._result(out, (q, kT, v), "flash_attention", backward, saved=kept, written=(row_max, log_sum),
+                     flops=2 * pairs * (head_dim + v.shape[-1]),
+                     backward_flops=2 * pairs * (3 * head_dim + 2 * v.shape[-1]), read=read)

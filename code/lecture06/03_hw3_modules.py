@@ -4,9 +4,12 @@ Serves the lecture-6 notes §9.1 (softmax_loss through logsumexp, part 1), §7.2
 §3.2 (shapes and strides inside multi-head attention, part 3), §9.2 (parity with the PyTorch twin,
 part 4), §8.4 (how many primitive operations each module's forward makes, part 5) and §3.3, §6.1-§6.2
 (the paper's encoder-decoder: parameters at the base size, shapes through its layers with cross-attention,
-parity with torch.nn.Transformer, part 6). Everything runs on transformer.py, i.e. on lecture 5's tensor.py
+parity with torch.nn.Transformer, part 6). Beyond the notes, part 7 continues §8.4: what fused primitives
+and a flash-attention core buy a Pre-LN layer in launches, bytes moved and memory kept for backward
+(transformer.fused(), tensor.py's counters). Everything runs on transformer.py, i.e. on lecture 5's tensor.py
 primitives only; torch appears as the reference in parts 4 and 6. Runtime: about 7 s of CPU time (2-core
-machine), most of it importing torch and building the 63M-parameter base model of part 6.
+machine), most of it importing torch and building the 63M-parameter base model of part 6; part 7 adds
+about 2 s.
 
     python code/lecture06/03_hw3_modules.py [--part N] [--seed S] [--quick] [--no-figures]
 """
@@ -14,8 +17,10 @@ from __future__ import annotations
 
 import common  # first: one BLAS thread before numpy loads, and lecture 5's code importable
 
+import contextlib
 import math
 from collections import Counter
+from fractions import Fraction
 
 
 import numpy as np
@@ -511,8 +516,179 @@ def show_encoder_decoder(args):
                 "the reference passes its own encoder and decoder without them (torch_ref.TorchNNEncoderDecoder).")
 
 
+# ---- Part 7 · §8.4 continued, beyond the notes: what fusion buys ---------------------------
+FUSION_PATHS = ("composed", "fused", "fused + flash")
+GPT2_LAYER = dict(d=768, h=12, S=1024)  # the notes' shapes: GPT-2 small's layer at its full context
+
+
+def _fusion_switch(path: str):
+    """The context that selects a path: composed primitives, fused ones, or fused + flash core."""
+    if path not in FUSION_PATHS:
+        raise ValueError(f"unknown path {path!r}; choose one of {', '.join(FUSION_PATHS)}")
+    if path == "composed":
+        return contextlib.nullcontext()
+    return transformer.fused(flash=path == "fused + flash", block_size=64)
+
+
+def layer_traffic(layer, x: np.ndarray, path: str) -> dict:
+    """One Pre-LN layer's forward and backward under `path`, counted by tensor.py: launches (every
+    primitive call, and those that move memory), bytes moved, FLOPs, bytes saved for backward."""
+    inputs = Tensor(x, requires_grad=True)
+    with _fusion_switch(path):
+        with tensor.count_traffic() as forward:
+            out = layer(inputs)
+        saved = tensor.saved_bytes(out, exclude=layer.parameters())
+        with tensor.count_traffic() as backward:
+            out.backward(np.ones(out.shape))
+    layer.zero_grad()
+    row = dict(path=path, saved=saved)
+    for direction, traffic in (("forward", forward), ("backward", backward)):
+        row[f"{direction}_calls"] = traffic.total("launches")
+        row[f"{direction}_moving"] = sum(n for (d, kind), n in traffic.launches.items()
+                                         if kind not in tensor.MOVES_NOTHING[d])
+        row[f"{direction}_bytes"] = traffic.total("bytes")
+        row[f"{direction}_flops"] = traffic.total("flops")
+    return row
+
+
+def fusion_counts(d: int, h: int, S: int, B: int = 1, seed: int = 0, layer=None) -> list[dict]:
+    """layer_traffic for the three paths, run at (B, S, d) (on `layer` if given: built once)."""
+    if layer is None:
+        transformer.set_seed(seed)
+        layer = transformer.TransformerLayer(d, h, p_dropout=0.0)
+    x = np.random.default_rng(seed).standard_normal((B, S, d))
+    return [layer_traffic(layer, x, path) for path in FUSION_PATHS]
+
+
+def fusion_counts_from_shapes(d: int, h: int, S: int, sample_lengths=(2, 4, 6),
+                              check_length: int = 8, seed: int = 0) -> list[dict]:
+    """fusion_counts at (1, S, d) without computing at S. At fixed d and h every count is
+    c₂·S² + c₁·S + c₀ (each array's size is S·(something), S²·h or free of S; launches do not
+    depend on S), so three small runs fix c₂, c₁, c₀ exactly (in integers), and the polynomial
+    gives S. A fourth run, at check_length, must agree (tests check a larger S against a run)."""
+    lengths = (*sample_lengths, check_length)
+    transformer.set_seed(seed)
+    layer = transformer.TransformerLayer(d, h, p_dropout=0.0)   # counts do not depend on the weights
+    runs = [fusion_counts(d, h, n, seed=seed, layer=layer) for n in lengths]
+    rows = []
+    for per_length in zip(*runs):
+        row = dict(path=per_length[0]["path"])
+        for key in per_length[0]:
+            if key == "path":
+                continue
+            values = [r[key] for r in per_length]
+            if _extrapolate(sample_lengths, values[:-1], check_length) != values[-1]:
+                raise ArithmeticError(f"{row['path']}: {key} is not quadratic in S: "
+                                      f"{dict(zip(lengths, values))}")
+            row[key] = _extrapolate(sample_lengths, values[:-1], S)
+        rows.append(row)
+    return rows
+
+
+def _extrapolate(xs, ys, x) -> int:
+    """The quadratic through (xs, ys) at x in exact fractions (Lagrange): an integer or an error."""
+    value = sum(Fraction(y) * math.prod(Fraction(x - xj, xi - xj) for xj in xs if xj != xi)
+                for xi, y in zip(xs, ys))
+    if value.denominator != 1:
+        raise ArithmeticError(f"counts at S = {xs} ({ys}) are not a quadratic in S with integer "
+                              f"values")
+    return int(value)
+
+
+def fusion_times(d: int, h: int, S: int, repeats: int = 5, seed: int = 0) -> dict:
+    """⏱ median wall-clock seconds of one forward + backward of the layer per path."""
+    transformer.set_seed(seed)
+    layer = transformer.TransformerLayer(d, h, p_dropout=0.0)
+    x = np.random.default_rng(seed).standard_normal((1, S, d))
+
+    def step(path):
+        with _fusion_switch(path):
+            layer(Tensor(x, requires_grad=True)).sum().backward()
+        layer.zero_grad()
+    return {path: common.median_time(lambda: step(path), repeats, warmup=1)[0]
+            for path in FUSION_PATHS}
+
+
+def show_fusion(args):
+    big = GPT2_LAYER
+    small = dict(d=128, h=4, S=128) if args.quick else dict(d=256, h=4, S=256)
+    common.header(7, "§8.4 continued, beyond the notes:",
+                  "what fusion buys, in launches, bytes and memory "
+                  "(one Pre-LN layer, B = 1, forward + backward)")
+    rows = fusion_counts_from_shapes(big["d"], big["h"], big["S"], seed=args.seed)
+    by_path = {r["path"]: r for r in rows}
+    common.note(f"At the notes' shapes, GPT-2 small's layer (d = {big['d']}, h = {big['h']}, "
+                f"S = {big['S']}), counted from runs at S = 2, 4, 6 (every count\nis quadratic "
+                f"in S; checked at S = 8); bytes at float64, tensor.py's dtype (÷ 2 for float32, "
+                f"÷ 4 for fp16).\nCalls: all; launches: the calls that move memory (not view, "
+                f"permute, nor the backward of contiguous).")
+    mib = 2 ** 20
+    common.table([[r["path"], r["forward_calls"], r["forward_moving"], r["backward_calls"],
+                   r["backward_moving"], f"{r['forward_bytes'] / mib:,.0f}",
+                   f"{r['backward_bytes'] / mib:,.0f}",
+                   f"{(r['forward_bytes'] + r['backward_bytes']) / mib:,.0f}",
+                   f"{r['forward_flops'] / 1e9:.2f}", f"{r['backward_flops'] / 1e9:.2f}",
+                   f"{r['saved'] / mib:,.0f}"] for r in rows],
+                 headers=["path", "fwd calls", "launches", "bwd calls", "launches",
+                          "fwd MiB moved", "bwd MiB moved", "total MiB", "fwd GFLOP",
+                          "bwd GFLOP", "MiB saved for bwd"],
+                 disable_numparse=True)
+    composed, fused_row, flash = (by_path[p] for p in FUSION_PATHS)
+    moved = {p: r["forward_bytes"] + r["backward_bytes"] for p, r in by_path.items()}
+    launches = {p: r["forward_moving"] + r["backward_moving"] for p, r in by_path.items()}
+    flops = {p: r["forward_flops"] + r["backward_flops"] for p, r in by_path.items()}
+    recompute = 2 * big["S"] ** 2 * big["d"]  # q kᵀ again: 2·S·S·Dh per head, h heads
+    extra = flash["backward_flops"] - composed["backward_flops"]
+    common.note(f"Fusing LayerNorm, GELU and scale + mask + softmax: launches "
+                f"{launches['composed']} -> {launches['fused']}, bytes moved ÷ "
+                f"{moved['composed'] / moved['fused']:.2f}; with the flash core: launches "
+                f"{launches['fused + flash']}, bytes ÷ "
+                f"{moved['composed'] / moved['fused + flash']:.2f}.")
+    common.note(f"FLOPs: fused {'=' if flops['fused'] == flops['composed'] else '≠ (a BUG)'} "
+                f"composed; the flash backward makes {extra / 1e9:.2f} GFLOP more, "
+                f"2·S²·d = {recompute / 1e9:.2f}: it recomputes q kᵀ instead of keeping\nthe "
+                f"weights. Saved for backward: {composed['saved'] / mib:,.0f} MiB composed,\n"
+                f"{fused_row['saved'] / mib:,.0f} fused (no intermediates of softmax and GELU), "
+                f"{flash['saved'] / mib:,.0f} with the flash core (no h × S × S).")
+    times = fusion_times(small["d"], small["h"], small["S"], seed=args.seed)
+    for path in FUSION_PATHS:
+        common.timing(f"d = {small['d']}, h = {small['h']}, S = {small['S']}, forward + backward "
+                      f"on this CPU, {path:13}: {1e3 * times[path]:6.1f} ms "
+                      f"({times['composed'] / times[path]:.2f}× the composed speed)")
+    print("(numpy runs each fused primitive as a few whole-array passes of its own, so on this CPU "
+          "fusion saves Python calls\nmore than memory traffic; on a GPU each launch costs "
+          "microseconds and each pass a round trip through global memory)")
+    draw_fusion(rows, big, args.figures)
+
+
+@common.draws_figure
+def draw_fusion(rows: list[dict], shape: dict, figures_dir):
+    import matplotlib.pyplot as plt
+    names = [r["path"] for r in rows]
+    panels = [("launches (calls that move memory)",
+               [(r["forward_moving"], r["backward_moving"]) for r in rows], 1),
+              ("GiB moved (float64)",
+               [(r["forward_bytes"], r["backward_bytes"]) for r in rows], 2 ** 30),
+              ("MiB saved for backward (float64)", [(r["saved"], 0) for r in rows], 2 ** 20)]
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.4))
+    for ax, (title, values, unit) in zip(axes, panels):
+        forward = np.array([f for f, _ in values]) / unit
+        backward = np.array([b for _, b in values]) / unit
+        ax.bar(names, forward, color="#4c72b0", label="forward")
+        ax.bar(names, backward, bottom=forward, color="#dd8452", label="backward")
+        for i, top in enumerate(forward + backward):
+            ax.text(i, top, f"{top:.3g}", ha="center", va="bottom", fontsize=8)
+        ax.set_ylim(0, (forward + backward).max() * 1.15)
+        ax.set_title(title, fontsize=9)
+        ax.tick_params(axis="x", labelsize=8)
+    axes[0].legend(fontsize=8)
+    fig.suptitle(f"One Pre-LN layer, d = {shape['d']}, h = {shape['h']}, S = {shape['S']}: "
+                 f"composed vs fused vs flash (tensor.py's counters)", fontsize=10, y=1.02)
+    common.save_figure(fig, "03_fusion", figures_dir)
+
+
 PARTS = {1: show_stable_loss, 2: show_dropout, 3: show_head_shapes, 4: show_parity, 5: show_op_counts,
-         6: show_encoder_decoder}
+         6: show_encoder_decoder, 7: show_fusion}
 
 if __name__ == "__main__":
     common.main(__doc__, PARTS)

@@ -3,10 +3,11 @@
 Serves the lecture-6 notes §8.1 (where the parameters are, part 1), §8.2 (FLOPs per token against
 PyTorch's FLOP counter, part 2), §8.3 (n = 6d, part 3; the activations a layer saves for backward,
 without and with dropout, part 4; the attention core's share of a layer's time, part 5) and §5.1 (the FFN's 2/3), plus
-exercises 5, 6 and 10. Models are torch_ref.py's modules: built on the meta device to count
-(shapes only, nothing allocated), cast to float32 to measure. Runtime: about 11 s of CPU time (2-core
-machine; 13 s with the figures), a third of it importing torch and the torch._dynamo that FlopCounterMode
-pulls in.
+exercises 5, 6 and 10. Beyond the notes, part 6 continues §8.3: with a flash-attention core (tensor.py's, and
+torch's scaled_dot_product_attention) the h × S × S term leaves the activations saved for backward.
+Models are torch_ref.py's modules: built on the meta device to count (shapes only, nothing allocated), cast
+to float32 to measure. Runtime: about 11 s of CPU time (2-core machine; 13 s with the figures), a third of
+it importing torch and the torch._dynamo that FlopCounterMode pulls in; part 6 adds about 1.5 s.
 
     python code/lecture06/06_costs.py [--part N] [--seed S] [--quick] [--no-figures]
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import common  # first: one BLAS thread before numpy loads, and lecture 5's code importable
 
+import contextlib
 import statistics
 from collections import Counter
 
@@ -22,7 +24,9 @@ import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+import tensor
 import torch_ref
+import transformer
 from threads import torch_threads
 
 GPT2_SMALL = dict(n_vocab=50257, n_embd=768, n_head=12, n_positions=1024, n_layers=12, tie_weights=True)
@@ -280,11 +284,15 @@ def show_crossover(args):
 
 
 # ---- Part 4 · §8.3 activations saved for backward ---------------------------------------------------
-def saved_activations(seq_len: int, n_embd: int = 64, n_head: int = 4, p_dropout: float = 0.0) -> list[torch.Tensor]:
+def saved_activations(seq_len: int, n_embd: int = 64, n_head: int = 4, p_dropout: float = 0.0,
+                      sdpa: bool = False) -> list[torch.Tensor]:
     """The distinct storages one Pre-LN layer (torch_ref, float32, explicit softmax, additive mask, in
     training mode, dropout p_dropout on the attention weights, the attention output and the FFN output)
-    saves for backward, found with saved_tensors_hooks; parameters left out."""
+    saves for backward, found with saved_tensors_hooks; parameters left out. sdpa=True: the
+    attention core is torch's scaled_dot_product_attention instead (part 6)."""
     layer = torch_ref.TransformerLayer(n_embd, n_head, p_dropout=p_dropout).float().train()
+    if sdpa:
+        layer.attention.self_attention = _sdpa_core  # the instance's attribute shadows the method
     params = {p.untyped_storage().data_ptr() for p in layer.parameters()}
     saved = {}
 
@@ -465,7 +473,155 @@ def show_attention_time(args):
           "dropout make\nalmost no FLOPs but read and write the h × S × S matrix several times)")
 
 
-PARTS = {1: show_parameters, 2: show_flops, 3: show_crossover, 4: show_activation_memory, 5: show_attention_time}
+# ---- Part 6 · §8.3 continued, beyond the notes: the flash core's memory -------------------
+FLASH_PATHS = ("composed", "fused", "fused + flash")
+
+
+def _sdpa_core(q, kT, v, mask=None):
+    """torch_ref's self_attention with torch's fused core: (B, h, S, Dh) ×3 -> (B, S, D).
+    The layer's mask is the causal one (no padding here), so is_causal=True: made from positions,
+    as tensor.py's flash core makes it (an attn_mask would be saved for backward too)."""
+    batch_size, n_head, seq_len, head_dim = q.shape
+    out = torch.nn.functional.scaled_dot_product_attention(
+        q, kT.transpose(-2, -1), v, is_causal=True)                            # (B, h, S, Dh)
+    return out.permute(0, 2, 1, 3).reshape(batch_size, seq_len, n_head * head_dim)  # -> (B, S, D)
+
+
+def sdpa_core_saved(seq_len: int, n_embd: int = 64, n_head: int = 4) -> list[torch.Tensor]:
+    """What torch's scaled_dot_product_attention alone (CPU, float32, causal) saves for backward."""
+    shape = (1, n_head, seq_len, n_embd // n_head)
+    q, k, v = (torch.randn(shape, requires_grad=True) for _ in range(3))
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return saved
+
+
+def tensor_layer_saved(seq_len: int, n_embd: int, n_head: int, path: str, seed: int = 0) -> dict:
+    """tensor.py's own accounting for one Pre-LN layer (float64, p_dropout 0): elements saved for
+    backward (parameters left out) and the backward's FLOPs."""
+    if path not in FLASH_PATHS:
+        raise ValueError(f"unknown path {path!r}; choose one of {', '.join(FLASH_PATHS)}")
+    transformer.set_seed(seed)
+    layer = transformer.TransformerLayer(n_embd, n_head, p_dropout=0.0)
+    x = np.random.default_rng(seed).standard_normal((1, seq_len, n_embd))
+    inputs = tensor.Tensor(x, requires_grad=True)
+    switch = (contextlib.nullcontext() if path == "composed"
+              else transformer.fused(flash=path == "fused + flash"))
+    with switch:
+        out = layer(inputs)
+        nbytes = tensor.saved_bytes(out, exclude=layer.parameters())
+        with tensor.count_traffic() as backward:
+            out.backward(np.ones(out.shape))
+    return dict(floats=nbytes // out.data.itemsize, backward_flops=backward.total("flops"))
+
+
+def flash_memory(seq_lens=(16, 32, 64, 128, 256, 512), n_embd: int = 64, n_head: int = 4) -> dict:
+    """Per S: elements one Pre-LN layer saves for backward, composed, fused and with the flash
+    core (tensor.py's accounting), and torch's layer with scaled_dot_product_attention as its core
+    (saved_tensors_hooks, as part 4); torch's core alone; a fit a·S·d + b·h·S² per path."""
+    d, h = n_embd, n_head
+    rows = []
+    for S in seq_lens:
+        row = dict(S=S, **{path: tensor_layer_saved(S, d, h, path) for path in FLASH_PATHS})
+        torch_layer = saved_activations(S, d, h, sdpa=True)
+        row["torch_sdpa_layer"] = sum(t.untyped_storage().nbytes() for t in torch_layer) // 4
+        core = sdpa_core_saved(S, d, h)
+        row["torch_sdpa_core"] = sum(t.untyped_storage().nbytes() for t in core) // 4
+        row["torch_sdpa_shapes"] = sorted({tuple(t.shape) for t in core}, key=len)
+        rows.append(row)
+    A = np.array([[r["S"] * d, h * r["S"] ** 2] for r in rows], dtype=np.float64)
+    fits = {}
+    for key in (*FLASH_PATHS, "torch_sdpa_layer"):
+        y = np.array([r[key]["floats"] if key in FLASH_PATHS else r[key] for r in rows],
+                     dtype=np.float64)
+        (a, b), *_ = np.linalg.lstsq(A, y, rcond=None)
+        fits[key] = dict(a=float(a), b=float(b) if abs(b) > 1e-9 else 0.0)  # never "-0.0000"
+    return dict(d=d, h=h, rows=rows, fits=fits)
+
+
+def show_flash_memory(args):
+    seq_lens = (16, 32, 64, 128, 256) if args.quick else (16, 32, 64, 128, 256, 512)
+    r = flash_memory(seq_lens)
+    d, h, rows, fits = r["d"], r["h"], r["rows"], r["fits"]
+    common.header(6, "§8.3 continued, beyond the notes:",
+                  f"the flash core and the activations a layer saves (d = {d}, h = {h}, "
+                  f"p_dropout 0)")
+
+    def formulas(S):  # the exact counts, in elements: fused, flash, torch's layer with SDPA
+        return (16 * S * d + h * S * S + 4 * S, 16 * S * d + 2 * h * S + 4 * S,
+                16 * S * d + h * S + 4 * S)
+
+    def extra_flops(x):  # the flash backward's recomputation of q kᵀ
+        return x["fused + flash"]["backward_flops"] - x["fused"]["backward_flops"]
+
+    common.table([[x["S"], f"{x['composed']['floats']:,}", f"{x['fused']['floats']:,}",
+                   f"{formulas(x['S'])[0]:,}", f"{x['fused + flash']['floats']:,}",
+                   f"{formulas(x['S'])[1]:,}", f"{x['torch_sdpa_layer']:,}",
+                   f"{formulas(x['S'])[2]:,}", f"{extra_flops(x) / 1e6:.2f}"] for x in rows],
+                 headers=["S", "composed", "fused", "16·S·d + h·S² + 4·S", "flash",
+                          "16·S·d + 2·h·S + 4·S", "torch SDPA layer", "16·S·d + h·S + 4·S",
+                          "flash: + bwd MFLOP"],
+                 disable_numparse=True)
+    exact = all((x["fused"]["floats"], x["fused + flash"]["floats"], x["torch_sdpa_layer"])
+                == formulas(x["S"]) for x in rows)
+    recompute = all(extra_flops(x) == 2 * x["S"] ** 2 * d for x in rows)
+    print(f"(elements saved for backward, parameters left out: tensor.py's accounting for its "
+          f"float64 layer, saved_tensors_hooks\nfor torch's float32 one. Every formula "
+          f"{'holds exactly' if exact else 'does NOT hold'}: the fused layer saves what part 4's "
+          f"torch layer does;\nwith a flash core, tensor.py's or torch's, no h × S × S matrix is "
+          f"kept.)")
+    labels = {"composed": "composed", "fused": "fused", "fused + flash": "fused + flash",
+              "torch_sdpa_layer": "torch, SDPA core"}
+    for key, label in labels.items():
+        fit = fits[key]
+        where = (f"the two parts are equal at S = a·d/(b·h) = {fit['a'] * d / (fit['b'] * h):.1f}"
+                 if fit["b"] > 1e-6 else "no h·S² part, so no crossover")
+        print(f"fit floats ≈ a·S·d + b·h·S², {label:16}: a = {fit['a']:.4f}, "
+              f"b = {fit['b']:.4f}; {where}")
+    x = rows[-1]
+    shapes = " and ".join(str(s) for s in x["torch_sdpa_shapes"])
+    print(f"torch's scaled_dot_product_attention alone (CPU, float32, causal) saves "
+          f"{x['torch_sdpa_core']:,} floats at S = {x['S']}\n= 4·S·d + h·S = "
+          f"{4 * x['S'] * d + h * x['S']:,} (q, k, v, the output, the logsumexp; shapes "
+          f"{shapes}).\ntensor.py's flash core keeps the logsumexp as its two parts, max and "
+          f"log-sum (2·h·S), so that a fully masked row\n(max ≈ -1e9) keeps full precision.")
+    print(f"The price: the flash backward recomputes q kᵀ block by block, 2·S²·d more FLOPs "
+          f"({'as counted' if recompute else 'NOT as counted'} above),\nand it cannot drop "
+          f"attention weights (they never exist).")
+    llama_d, llama_h, S = LLAMA_7B["n_embd"], LLAMA_7B["n_head"], 8192
+    print(f"LLaMA-7B's layer at S = {S}, fp16: the h × S × S matrix "
+          f"({llama_h * S * S * 2 / GIB:.1f} GiB) gives way to a float32 logsumexp\nof "
+          f"{llama_h * S * 4 / MIB:.0f} MiB, beside 16 × S × d = {16 * S * llama_d * 2 / MIB:,.0f} "
+          f"MiB: part 4's crossover at S = 16d/h is gone.")
+    draw_flash_memory(r, args.figures)
+
+
+@common.draws_figure
+def draw_flash_memory(r: dict, figures_dir):
+    import matplotlib.pyplot as plt
+    d, h = r["d"], r["h"]
+    S = np.array([x["S"] for x in r["rows"]])
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    styles = {"composed": ("#c44e52", "o"), "fused": ("#4c72b0", "s"),
+              "fused + flash": ("#55a868", "^")}
+    for path, (colour, marker) in styles.items():
+        ax.plot(S, [x[path]["floats"] for x in r["rows"]], marker=marker, color=colour,
+                label=f"tensor.py, {path}")
+    ax.plot(S, [x["torch_sdpa_layer"] for x in r["rows"]], ls="--", color="black",
+            label="torch, SDPA core (saved_tensors_hooks)")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("sequence length S")
+    ax.set_ylabel("elements saved for backward")
+    ax.set_title(f"One Pre-LN layer, d = {d}, h = {h}: the flash core removes the h·S² term",
+                 fontsize=10)
+    ax.legend(fontsize=8)
+    common.save_figure(fig, "06_flash_memory", figures_dir)
+
+
+PARTS = {1: show_parameters, 2: show_flops, 3: show_crossover, 4: show_activation_memory,
+         5: show_attention_time, 6: show_flash_memory}
 
 if __name__ == "__main__":
     common.main(__doc__, PARTS)

@@ -2,11 +2,14 @@
 
 Not one line of backward is written here: every module is a composition of tensor.py's primitives
 (add, sub, mul, exp, log, sigmoid, matmul, sum, max, view, permute, contiguous, embedding), so
-autodiff differentiates all of it. torch_ref.py is the PyTorch twin with the same names.
+autodiff differentiates all of it. torch_ref.py is the PyTorch twin with the same names. Only inside
+`with fused():` (03 part 7, 06 part 6) do LayerNorm, gelu and the attention core call tensor.py's fused
+primitives instead, whose backward is derived by hand.
 
 The file in reading order, each section under a ruler, with the part of the notes (and of the paper,
 Vaswani et al. 2017) it follows:
 - set_seed, MASK_VALUE ............... the two random generators; the one mask convention (below)
+- fused .............................. the switch to tensor.py's fused primitives and flash core
 - logsumexp, softmax, gelu ........... §9.1 (max subtracted; tanh GELU as x·sigmoid(2u))
 - sinusoidal_frequencies, _positions . §4.2
 - softmax_loss, lm_loss .............. §9.1 HW3 Problem 1 (logsumexp(z) - z_y), next-token loss with ignore_index
@@ -38,6 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import paths  # noqa: F401  (makes lecture 5's tensor.py importable)
+import tensor
 from tensor import Tensor, embedding, no_grad
 
 
@@ -53,6 +57,26 @@ def set_seed(seed: int):
     global _init_rng, _dropout_rng
     _init_rng = np.random.default_rng(seed)
     _dropout_rng = np.random.default_rng(seed + 1_000_003)
+
+
+# ---- the fusion switch (beyond the notes: 03 part 7, 06 part 6) ----------------------------------
+_fusion = None   # None: compose the primitives (the default); else dict(flash=..., block_size=...)
+
+
+@contextmanager
+def fused(flash: bool = False, block_size: int = 64):
+    """Inside the block, LayerNorm, gelu and the attention core use tensor.py's fused primitives (one
+    launch each way); flash=True makes the core one flash_attention launch over key blocks of block_size.
+    The flash core never forms the attention weights, so it cannot drop them: a MultiHeadAttention in
+    training mode with p_dropout > 0 refuses to run under flash=True (no silent change of the model)."""
+    global _fusion
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"fused: block_size must be an integer >= 1, got {block_size!r}")
+    previous, _fusion = _fusion, dict(flash=bool(flash), block_size=block_size)
+    try:
+        yield
+    finally:
+        _fusion = previous
 
 
 # ---- functions: softmax, GELU, sinusoidal positions (§9.1, §4.2) ---------------------------------
@@ -75,6 +99,8 @@ def softmax(x: Tensor, dim: int = -1) -> Tensor:
 
 def gelu(x: Tensor) -> Tensor:
     """tanh GELU 0.5x(1 + tanh u) written as x·sigmoid(2u), u = √(2/π)(x + 0.044715x³) (notes §9.1)."""
+    if _fusion is not None:
+        return tensor.gelu(x)
     u = (x + x * x * x * 0.044715) * math.sqrt(2.0 / math.pi)
     return x * (u * 2.0).sigmoid()
 
@@ -303,6 +329,8 @@ class LayerNorm(Module):
         """
         if x.shape[-1] != self.dim:
             raise ValueError(f"LayerNorm({self.dim}): input's last dimension is {x.shape[-1]} (shape {x.shape})")
+        if _fusion is not None:
+            return tensor.layer_norm(x, self.weights, self.bias, self.eps)
         centred = x - x.mean(axis=-1, keepdims=True)
         variance = (centred * centred).mean(axis=-1, keepdims=True)
         inv_std = ((variance + self.eps).log() * -0.5).exp()  # 1/√(σ² + eps) from exp and log
@@ -358,13 +386,20 @@ class MultiHeadAttention(Module):
         v = self._split_heads(self.v_projection(kv))
         return q, kT, v
 
-    def self_attention(self, q: Tensor, kT: Tensor, v: Tensor, mask: Tensor | None = None) -> Tensor:
+    def self_attention(self, q: Tensor, kT: Tensor, v: Tensor, mask: Tensor | None = None,
+                       causal: bool = False) -> Tensor:
         """
         Args:
             q: (B, h, S_q, Dh), kT: (B, h, Dh, S_k), v: (B, h, S_k, Dh), mask: additive, broadcastable
+            causal: add the causal mask here (what the flash switch asks: its core makes it from positions)
         Returns:
             (B, S_q, D): heads concatenated, before out_projection
         """
+        if causal and (_fusion is None or not _fusion["flash"]):  # only the flash core makes it from positions
+            causal_mask = self.create_causal_mask(q.shape[2])
+            mask, causal = (causal_mask if mask is None else causal_mask + mask), False
+        if _fusion is not None:
+            return self._fused_core(q, kT, v, mask, causal)
         batch_size, n_head, seq_len, head_dim = q.shape
         scores = (q @ kT) * (1.0 / math.sqrt(head_dim))  # (B, h, S_q, S_k)
         if mask is not None:
@@ -372,6 +407,23 @@ class MultiHeadAttention(Module):
         weights = softmax(scores, dim=-1)
         self.last_attention = weights
         out = self.dropout(weights) @ v                  # (B, h, S_q, Dh)
+        out = out.permute(0, 2, 1, 3).contiguous()       # -> (B, S_q, h, Dh), copied once
+        return out.view(batch_size, seq_len, n_head * head_dim)  # -> (B, S_q, D)
+
+    def _fused_core(self, q: Tensor, kT: Tensor, v: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
+        """self_attention under fused(): scale, mask and softmax in one launch, or with flash=True the whole
+        core in one (no attention weights kept: last_attention is None, and they cannot be dropped)."""
+        batch_size, n_head, seq_len, head_dim = q.shape
+        if _fusion["flash"]:
+            if self.training and self.dropout.p_dropout > 0:
+                raise ValueError(f"MultiHeadAttention: the flash core never forms the attention weights, so it "
+                                 f"cannot apply dropout {self.dropout.p_dropout:g} to them; call .eval(), build "
+                                 f"the model with p_dropout=0, or use fused(flash=False)")
+            self.last_attention = None
+            out = tensor.flash_attention(q, kT, v, mask, causal, _fusion["block_size"])  # (B, h, S_q, Dh)
+        else:
+            self.last_attention = tensor.softmax(q @ kT, 1.0 / math.sqrt(head_dim), mask)  # (B, h, S_q, S_k)
+            out = self.dropout(self.last_attention) @ v                                  # (B, h, S_q, Dh)
         out = out.permute(0, 2, 1, 3).contiguous()       # -> (B, S_q, h, Dh), copied once
         return out.view(batch_size, seq_len, n_head * head_dim)  # -> (B, S_q, D)
 
@@ -389,18 +441,20 @@ class MultiHeadAttention(Module):
             return self.out_dropout(self.out_projection(self._attend_with_cache(x, kv, pad_mask, cache)))
         q, kT, v = self.project_to_query_key_value(x, kv)
         mask = None
+        flash_causal = self.causal and _fusion is not None and _fusion["flash"]  # from positions, in the core
         if self.causal:
             if kv is not None and kv.shape[1] != x.shape[1]:
                 raise ValueError("MultiHeadAttention: a causal mask needs as many keys as queries; "
                                  "use causal=False for cross-attention")
-            mask = self.create_causal_mask(x.shape[1])
+            if not flash_causal:
+                mask = self.create_causal_mask(x.shape[1])
         if pad_mask is not None:
             pad = self.create_pad_mask(pad_mask)
             if pad.shape[0] != x.shape[0] or pad.shape[-1] != kT.shape[-1]:
                 raise ValueError(f"MultiHeadAttention: pad_mask must have shape (B, S_k) = "
                                  f"({x.shape[0]}, {kT.shape[-1]}), got {np.shape(pad_mask)}")
             mask = pad if mask is None else mask + pad
-        return self.out_dropout(self.out_projection(self.self_attention(q, kT, v, mask)))
+        return self.out_dropout(self.out_projection(self.self_attention(q, kT, v, mask, flash_causal)))
 
     def _attend_with_cache(self, x: Tensor, kv, pad_mask, cache: KVCache) -> Tensor:
         """(B, n, D) new positions -> (B, n, D) heads concatenated, keys and values from the cache."""
@@ -1030,7 +1084,7 @@ def noam_lr(step, d_model: int = 512, warmup: int = 4000):
     return float(lr) if lr.ndim == 0 else lr
 
 
-__all__ = ["MASK_VALUE", "set_seed", "logsumexp", "softmax", "softmax_loss", "gelu", "sinusoidal_frequencies",
+__all__ = ["MASK_VALUE", "set_seed", "fused", "logsumexp", "softmax", "softmax_loss", "gelu", "sinusoidal_frequencies",
            "sinusoidal_positions", "Parameter", "Module", "Linear", "Embedding", "Dropout", "LayerNorm",
            "MultiHeadAttention", "FeedForward", "TransformerLayer", "DecoderLM", "EncoderLayer",
            "DecoderLayer", "EncoderDecoder", "KVCache", "Generation", "lm_loss", "SGD", "Adam", "noam_lr",
