@@ -1,7 +1,7 @@
 """Script 01 · Attention: soft lookup, why divide by √d, the causal mask, no positions, RNN vs attention.
 
 Serves notes §1.2 (part 5) and §2.1-§2.4 (parts 1-4). Parts 3 and 4 run the attention layers of
-transformer.py, built on lecture 5's tensor.py. Runtime: about 5 s (`--quick`: about 2 s).
+transformer.py, built on lecture 5's tensor.py.
 
     python code/lecture06/01_attention.py [--part N] [--seed S] [--quick] [--no-figures]
 """
@@ -13,7 +13,7 @@ import math
 
 
 import numpy as np
-import transformer as tf
+import transformer
 from tensor import Tensor, no_grad
 
 ROUNDING = 1e-15  # float64: differences this small are summation order, not information
@@ -23,19 +23,26 @@ CONTRAST = ("the plot was good but the acting was bad", "the acting was bad but 
 def softmax(scores: np.ndarray) -> np.ndarray:
     """transformer.py's softmax (max subtracted, built from tensor.py primitives) on a plain array."""
     with no_grad():
-        return tf.softmax(Tensor(scores), dim=-1).data
+        return transformer.softmax(Tensor(scores), dim=-1).data
 
 
 # ---- Part 1 · §2.1 ------------------------------------------------------------------------------
 def soft_lookup(query=(0.1, 0.9, 0.3, 0.0), values=(10.0, 20.0, 30.0, 40.0), scales=(1, 4, 16, 64)) -> dict:
-    """Attention as a soft dictionary: 4 orthogonal keys (the 4×4 identity), raw scores q·kᵢ times a scale."""
+    """Attention as a soft dictionary: 4 orthogonal keys (the 4×4 identity), raw scores q·kᵢ times a scale.
+
+    best_key: the key with the largest score (numbered from 1), the one a hard lookup would return;
+    distances: |output − its value| at each scale."""
     keys = np.eye(len(values))
     query, values = np.asarray(query, dtype=float), np.asarray(values, dtype=float)
     rows = []
     for scale in scales:
         weights = softmax(scale * (keys @ query))
         rows.append({"scale": scale, "weights": weights, "output": float(weights @ values)})
-    return {"keys": keys, "query": query, "values": values, "rows": rows}
+    best = int(np.argmax(keys @ query))
+    distances = [abs(row["output"] - values[best]) for row in rows]
+    return {"keys": keys, "query": query, "values": values, "rows": rows, "best_key": best + 1,
+            "best_value": float(values[best]), "distances": distances,
+            "approaches": all(a > b for a, b in zip(distances, distances[1:]))}
 
 
 def show_soft_lookup(args):
@@ -45,7 +52,12 @@ def show_soft_lookup(args):
                 f"scores = scale · q·kᵢ")
     common.table([[row["scale"], *row["weights"], row["output"]] for row in r["rows"]],
                  ["scale", "w₁", "w₂", "w₃", "w₄", "output Σ wᵢvᵢ"], floatfmt=".3f")
-    common.note("Sharper scores, harder lookup: the output moves to key 2's value, 20.")
+    first, last = r["rows"][0], r["rows"][-1]
+    trend = "closer at every scale" if r["approaches"] else "NOT closer at every scale"
+    common.note(f"Sharper scores, harder lookup: the output moves from {first['output']:.3f} (scale "
+                f"{first['scale']}) to {last['output']:.3f} (scale {last['scale']}), {trend} to key "
+                f"{r['best_key']}'s value, {r['best_value']:g}\n(key {r['best_key']} has the largest score "
+                f"q·kᵢ; notes: 23.795 → 20.000).")
 
 
 # ---- Part 2 · §2.2 ------------------------------------------------------------------------------
@@ -96,11 +108,27 @@ def show_score_scaling(args):
         rows.append([row["d"], raw["var"], math.sqrt(raw["var"]), scaled["var"],
                      raw["max_weight"], scaled["max_weight"], raw["entropy"], scaled["entropy"],
                      raw["jacobian"], scaled["jacobian"]])
-    common.table(rows, ["d", "var q·k", "std q·k", "var q·k/√d", "max w raw", "max w scaled",
-                        "entropy raw", "entropy scaled", "‖J‖_F raw", "‖J‖_F scaled"],
+    common.table(rows, ["d", "var(q·k)", "std(q·k)", "var(q·k/√d)", "max weight, raw",
+                        "max weight, scaled", "entropy raw (nats)", "entropy scaled (nats)",
+                        "‖J‖_F raw", "‖J‖_F scaled"],
                  floatfmt=("g", ".1f", ".2f", ".3f", ".3f", ".3f", ".3f", ".3f", ".3f", ".3f"))
-    common.note("Raw scores: variance ≈ d, the softmax saturates towards one-hot and its Jacobian "
-                "diag(p) − ppᵀ shrinks, so little gradient reaches Q and K. Scaled: the same at every d.")
+    common.note("J = diag(p) − ppᵀ, the softmax's Jacobian (what the gradient to q and k is multiplied by); "
+                "‖·‖_F its Frobenius norm, the mean over the trials.")
+    rows, first, last = r["rows"], r["rows"][0], r["rows"][-1]
+    ratios = [row["raw"]["var"] / row["d"] for row in rows]
+
+    def spread(kind, key, digits=3):
+        values = [row[kind][key] for row in rows]
+        return f"{min(values):.{digits}f}-{max(values):.{digits}f}"
+
+    def moves(key):
+        before, after = first["raw"][key], last["raw"][key]
+        return f"{'rises' if after > before else 'falls'} {before:.3f} → {after:.3f}"
+
+    common.note(f"Raw scores: var(q·k)/d = {min(ratios):.2f}-{max(ratios):.2f} at every d; from d = {first['d']} "
+                f"to {last['d']} the max weight {moves('max_weight')} (one-hot is 1)\nand ‖J‖_F "
+                f"{moves('jacobian')}: little gradient reaches Q and K. Scaled: var {spread('scaled', 'var')}, max weight "
+                f"{spread('scaled', 'max_weight')}, ‖J‖_F {spread('scaled', 'jacobian')} at every d.")
     draw_saturation(r, args.figures)
 
 
@@ -134,9 +162,9 @@ def causal_mask(seq_len: int = 5, n_embd: int = 16, n_head: int = 2, n_vocab: in
     Replacing token j must leave every output at positions < j bit-identical (0.0 change) and
     change every output at positions ≥ j.
     """
-    tf.set_seed(seed)
-    mask = tf.MultiHeadAttention.create_causal_mask(seq_len).data[0, 0]    # (1, 1, S, S) -> (S, S)
-    model = tf.DecoderLM(n_vocab, n_embd, n_head, n_positions=seq_len, n_layers=2, p_dropout=0.0).eval()
+    transformer.set_seed(seed)
+    mask = transformer.MultiHeadAttention.create_causal_mask(seq_len).data[0, 0]    # (1, 1, S, S) -> (S, S)
+    model = transformer.DecoderLM(n_vocab, n_embd, n_head, n_positions=seq_len, n_layers=2, p_dropout=0.0).eval()
     ids = np.random.default_rng(seed).integers(0, n_vocab, (1, seq_len))
     with no_grad():
         logits = model(ids).data[0]                                         # (S, V)
@@ -162,12 +190,14 @@ def show_causal_mask(args):
     r = causal_mask(seed=args.seed)
     seq_len = len(r["ids"])
     common.header(3, "§2.3", "The causal mask: the decoder cannot see the future")
-    common.note(f"Additive mask (row = query, column = key), {mask_text(tf.MASK_VALUE)} where the key is in "
+    common.note(f"Additive mask (row = query, column = key), {mask_text(transformer.MASK_VALUE)} where the key is in "
                 f"the future:")
     common.table([[i, *map(mask_text, row)] for i, row in enumerate(r["mask"])],
                  ["query \\ key", *range(seq_len)], disable_numparse=True)
+    half = seq_len * (seq_len - 1) // 2
     common.note(f"Position i sees {', '.join(map(str, r['visible_per_row']))} positions; "
-                f"{r['masked']} of {seq_len * seq_len} entries are masked = S(S−1)/2.")
+                f"{r['masked']} of {seq_len * seq_len} entries are masked "
+                f"({'=' if r['masked'] == half else '≠'} S(S−1)/2 = {half}).")
     common.note(f"\nAttention weights of a random-init 2-layer DecoderLM (layer 0, head 0), "
                 f"tokens {r['ids'].tolist()}:")
     common.table([[i, *row] for i, row in enumerate(r["weights"][0, 0])], ["query \\ key", *range(seq_len)],
@@ -214,10 +244,10 @@ def permutation(n_embd: int = 16, n_head: int = 2, seed: int = 0) -> dict:
     words = sorted(set(" ".join(CONTRAST).split()))
     sentences = [np.array([[words.index(w) for w in s.split()]]) for s in CONTRAST]   # 2 × (1, 9)
     seq_len = sentences[0].shape[1]
-    tf.set_seed(seed)
-    tokens = tf.Embedding(len(words), n_embd)
-    positions = tf.Embedding(seq_len, n_embd)
-    layer = tf.TransformerLayer(n_embd, n_head, p_dropout=0.0, causal=False).eval()
+    transformer.set_seed(seed)
+    tokens = transformer.Embedding(len(words), n_embd)
+    positions = transformer.Embedding(seq_len, n_embd)
+    layer = transformer.TransformerLayer(n_embd, n_head, p_dropout=0.0, causal=False).eval()
 
     def encode(ids, with_positions: bool) -> np.ndarray:
         x = tokens(ids)                                              # (1, S, D)
@@ -344,29 +374,36 @@ def rnn_vs_attention(d: int = 512, lengths=(128, 512, 1024, 2048, 4096, 8192), t
             row[name] = {"seconds": best, "gflops": flops / best / 1e9}
         timings.append(row)
     return {"d": d, "dtype": np.dtype(dtype).name, "itemsize": size, "rows": rows, "rnn_step": rnn_step,
+            "projections": 8 * d * d, "projections_over_rnn": 8 * d * d / (4 * d * d),
             "intensity": intensity, "timings": timings}
 
 
 def show_rnn_vs_attention(args):
     r = rnn_vs_attention(timed=(256,) if args.quick else (512, 1024), repeats=3,
                          seed=args.seed)
-    d, step = r["d"], r["rnn_step"]
+    d, step, rows = r["d"], r["rnn_step"], r["rows"]
     common.header(5, "§1.2", f"RNN vs attention, d = {d}")
     common.table([[row["n"], row["rnn"], row["attention"], row["rnn_steps"], row["attention_steps"],
-                   row["rnn_path"], row["attention_path"], row["ratio"]] for row in r["rows"]],
-                 ["n", "RNN FLOPs/token 4d²", "attention FLOPs/token 8d²+4nd", "serial steps RNN", "attention",
-                  "path 1st→last RNN", "attention", "attention / RNN FLOPs 2 + n/d"],
+                   row["rnn_path"], row["attention_path"], row["ratio"]] for row in rows],
+                 ["n (tokens)", "RNN FLOPs/token (4d²)", "attention FLOPs/token (8d²+4nd)",
+                  "serial steps: RNN", "serial steps: attention", "path first→last token: RNN (steps)",
+                  "path: attention (steps)", "FLOPs/token, attention / RNN (2 + n/d)"],
                  floatfmt=("g", ",", ",", "g", "g", "g", "g", ".2f"), intfmt=",")
-    common.note("Look at the last column: attention saves no FLOPs. Its four projections alone are 2× the RNN's two "
-                "d×d matrices,\nand long sequences cost more.")
+    cheaper = [row["n"] for row in rows if row["ratio"] < 1]
+    verdict = ("attention saves no FLOPs at any n here" if not cheaper
+               else f"attention costs fewer FLOPs at n = {', '.join(map(str, cheaper))}")
+    common.note(f"Look at the last column: {verdict}. Its four projections alone, 8d² = "
+                f"{r['projections']:,} FLOPs/token, are {r['projections_over_rnn']:g}× the RNN's 4d² "
+                f"(notes: 2×),\nand the ratio grows with n: {rows[0]['ratio']:.2f} at n = {rows[0]['n']:,}, "
+                f"{rows[-1]['ratio']:.2f} at n = {rows[-1]['n']:,}.")
     common.note(f"\nArithmetic intensity ({r['dtype']}, {r['itemsize']} bytes an element): FLOPs per byte the "
                 f"matmuls read and write.\nAn RNN step is one ({d}, {2 * d}) mat-vec: {step['flops']:,} FLOPs (4d²) "
                 f"on {step['weight_bytes']:,} bytes of weights ({2 * r['itemsize']}d²)\nplus 3d vector elements: "
                 f"{step['intensity']:.2f} FLOP/byte at every n, order 1 (the notes' \"about 1\").")
     common.table([[row["n"], row["flops"], row["bytes"], row["attention"], row["rnn"], row["ratio"]]
                   for row in r["intensity"]],
-                 ["n", "attention layer FLOPs (8d²+4nd)·n", f"bytes {r['itemsize']}·(4d²+10nd+2n²)",
-                  "attention FLOP/byte", "RNN step FLOP/byte", "attention / RNN"],
+                 ["n (tokens)", "attention layer FLOPs, (8d²+4nd)·n", f"bytes moved, {r['itemsize']}·(4d²+10nd+2n²)",
+                  "attention (FLOP/byte)", "RNN step (FLOP/byte)", "intensity, attention / RNN (×)"],
                  floatfmt=("g", ",", ",", ".0f", ".2f", ".0f"), intfmt=",")
     common.note("A mat-vec uses each weight it fetches once, so memory bandwidth bounds it; attention's big matmuls "
                 "reuse each weight\nn times, and it runs them in one pass instead of n dependent mat-vecs "
