@@ -1,7 +1,7 @@
 """Script 02 · Positions: sinusoidal encoding, its rotation property, learned tables, √d, shared embeddings.
 
 Serves notes §4.1 (part 5) and §4.2-§4.4 (parts 1-4). The encoding is transformer.sinusoidal_positions,
-the one the models use. Runtime: about 6 s (`--quick`: about 4 s), most of it importing torch and drawing.
+the one the models use.
 
     python code/lecture06/02_positions.py [--part N] [--seed S] [--quick] [--no-figures]
 """
@@ -51,7 +51,12 @@ def show_sinusoidal(args):
         ["every position's nearest neighbour is t − 1 or t + 1", r["nearest_is_adjacent"]],
         ["smallest / largest component", f"{r['min_component']:.6f} / {r['max_component']:.6f}"],
     ], ["quantity", "value"], disable_numparse=True)
-    common.note("Every encoding is different, neighbours are closest, and nothing grows with t.")
+    distinct = "different" if r["min_distance"] > 0 else "NOT different"
+    nearest = "closest" if r["nearest_is_adjacent"] else "NOT always closest"
+    bounded = -1 <= r["min_component"] and r["max_component"] <= 1
+    common.note(f"Every encoding is {distinct} (smallest distance {r['min_distance']:.3f} > 0), neighbours are "
+                f"{nearest}, and {'nothing grows' if bounded else 'something grows'} with t "
+                f"(every component in [−1, 1]).")
     draw_pe_heatmap(r, args.figures)
 
 
@@ -104,8 +109,10 @@ def show_rotation(args):
                  ["k", f"max |PE(t)R_k − PE(t+k)|, t < {r['t_rotate']}", f"mean PE(t)·PE(t+k), t < {r['t_dot']}",
                   "Σᵢ cos(ωᵢk)", "|mean − Σ cos|", "std over t"],
                  floatfmt=("g", ".1e", ".6f", ".6f", ".1e", ".1e"))
+    largest = max(max(row["rotation_error"], row["dot_std"]) for row in r["rows"])
     common.note("R_k depends on k only: one fixed linear map takes any position t to t + k.\n"
-                "Both errors are rounding and grow slowly with t (≈ t · 1e-16).")
+                f"Both errors are rounding: the largest, {largest:.1e}, is "
+                f"{largest / (r['t_rotate'] - 1):.0e} × t at t = {r['t_rotate'] - 1}; they grow slowly with t.")
     if args.figures:  # the curves are the figure's alone
         draw_pe_dot(dot_curves(), args.figures)
 
@@ -196,7 +203,12 @@ def show_embedding_scale(args):
         ["cos(√d·e + PE, e)", f"{r['cos_scaled']:.3f} ± {r['cos_scaled_std']:.3f}",
          f"√(2/3) = {r['cos_scaled_expected']:.3f}"],
     ], [f"d = {d}, averaged over {T:,} positions", "measured", "expected"], disable_numparse=True)
-    common.note("Unscaled, the position encoding drowns the token; scaled by √d, the token dominates again.")
+    plain, scaled = r["e_norm_mean"], math.sqrt(d) * r["e_norm_mean"]
+    pe = r["pe_norm_formula"]
+    common.note(f"Unscaled, the position encoding drowns the token (‖e‖ ≈ {plain:.2f} against ‖PE‖ = {pe:g}: cos "
+                f"{r['cos_plain']:.3f}); scaled by √d, the token {'dominates' if scaled > pe else 'does NOT dominate'} "
+                f"again\n(‖√d·e‖ ≈ {scaled:.1f} against {pe:g}: cos {r['cos_scaled']:.3f}; notes: 0.064 and "
+                f"0.816).")
     if args.figures:  # the sweep over d is the figure's alone
         dims = (64, 128, 256, 512, 1024)
         draw_embedding_scale([embedding_scale(dd, 512 if args.quick else T, args.seed) for dd in dims], args.figures)
@@ -303,7 +315,12 @@ def show_parameter_table(args):
                 f"two would add {base['counts'][1][1]['final_norms']:,} on base), sinusoidal positions.\n"
                 f"“Unshared” = three V×d tables (encoder input, decoder input, pre-softmax); against two "
                 f"(source = target, output separate) sharing would save {100 * base['saving_two_tables']:.2f}% "
-                f"on base.\nThe saving is larger for the smaller model: the table is a bigger share of it.")
+                f"on base.")
+    big = r["rows"]["big"]
+    table_share = {name: row["config"]["d"] * r["n_vocab"] / row["shared"] for name, row in r["rows"].items()}
+    common.note(f"The saving is {'larger' if base['saving'] > big['saving'] else 'NOT larger'} for the smaller "
+                f"model ({100 * base['saving']:.2f}% against {100 * big['saving']:.2f}%): the table is a bigger "
+                f"share of it ({100 * table_share['base']:.1f}% of base, {100 * table_share['big']:.1f}% of big).")
 
 
 PARTS = {1: show_sinusoidal, 2: show_rotation, 3: show_learned_limit, 4: show_embedding_scale,
