@@ -5,8 +5,7 @@ Serves the lecture-6 notes §9.1 (softmax_loss through logsumexp, part 1), §7.2
 part 4), §8.4 (how many primitive operations each module's forward makes, part 5) and §3.3, §6.1-§6.2
 (the paper's encoder-decoder: parameters at the base size, shapes through its layers with cross-attention,
 parity with torch.nn.Transformer, part 6). Everything runs on transformer.py, i.e. on lecture 5's tensor.py
-primitives only; torch appears as the reference in parts 4 and 6. Runtime: about 7 s of CPU time (2-core
-machine), most of it importing torch and building the 63M-parameter base model of part 6.
+primitives only; torch appears as the reference in parts 4 and 6.
 
     python code/lecture06/03_hw3_modules.py [--part N] [--seed S] [--quick] [--no-figures]
 """
@@ -25,6 +24,15 @@ import tensor
 import torch_ref
 import transformer
 from tensor import Tensor
+
+ROUNDING = 1e-15   # float64 rounding at the scale of these values (≈ 1): what "equal" means below
+PARITY_BOUND = 1e-13   # rounding accumulated through a few layers' forward and backward
+
+
+def at_most(value: float, bound: float) -> str:
+    """A rounding-level value as a bound that holds on any CPU ("≤ 1e-15"); its digits depend on the
+    float kernels, the bound does not. Above the bound, the value itself: that is a finding."""
+    return f"≤ {bound:.0e}" if value <= bound else f"{value:.1e}, MORE than the {bound:.0e} of rounding"
 
 
 # ---- Part 1 · §9.1 softmax_loss = logsumexp(z) − z_y ---------------------------------------------
@@ -56,7 +64,7 @@ def show_stable_loss(args):
     common.table([[i, z, p, o, g] for i, (z, p, o, g) in
                   enumerate(zip(r["logits"], r["softmax"], r["onehot"], r["grad"]))],
                  headers=["class", "z", "softmax(z)", "onehot(y)", "∂loss/∂z (autodiff)"], floatfmt=".6f")
-    print(f"max |autodiff gradient − (softmax − onehot)| = {r['max_grad_diff']:.1e}")
+    print(f"max |autodiff gradient − (softmax − onehot)| {at_most(r['max_grad_diff'], ROUNDING)}")
 
 
 # ---- Part 2 · §7.2 inverted dropout ----------------------------------------------------------------
@@ -82,8 +90,8 @@ def show_dropout(args):
                   ["eval mode: max |output − input|", f"{r['eval_max_change']:.1f}",
                    "identity" + (" (returns its input)" if r["eval_is_identity"] else "")]],
                  headers=["train mode", "ours", "expected"], disable_numparse=True)
-    print(f"|mean − kept/(1 − p)| = {abs(r['mean'] - r['kept_over_keep_prob']):.1e}: the mean is the kept "
-          f"fraction rescaled, so E[output] = input")
+    print(f"|mean − kept/(1 − p)| {at_most(abs(r['mean'] - r['kept_over_keep_prob']), ROUNDING)}: the mean "
+          f"is the kept fraction rescaled, so E[output] = input")
 
 
 # ---- Part 3 · §3.2 shapes and strides in multi-head attention -----------------------------------------
@@ -180,7 +188,12 @@ def show_head_shapes(args):
                    f"{c['flops']:,}", f"{c['flops_formula']:,}"] for c in rows],
                  headers=["h", "Dh", "parameters", "4D² + 4D", "matmul calls",
                           "matmul FLOPs (from the graph)", "2BS(4D² + 2SD)"], disable_numparse=True)
-    print("more heads: the same four D × D projections and the same FLOPs, cut into more, smaller matmuls")
+    same = {key: len({c[key] for c in rows}) == 1 for key in ("params", "flops", "matmuls")}
+    counted = ", ".join(f"{'the same' if same[key] else 'NOT the same'} {what}"
+                        for key, what in (("params", "parameters"), ("flops", "matmul FLOPs"),
+                                          ("matmuls", "number of matmul calls")))
+    print(f"h = {', '.join(str(c['h']) for c in rows)}: {counted}; more heads only cut each of the two "
+          f"attention matmuls\n(q @ kT, weights @ v) into B·h smaller ones of size S × Dh, batched in one call")
 
 
 # ---- Part 4 · §9.2 parity with the PyTorch twin ---------------------------------------------------
@@ -226,12 +239,15 @@ def parity(B: int = 2, S: int = 6, D: int = 16, h: int = 4, n_vocab: int = 23, n
 def show_parity(args):
     results = parity(seed=args.seed)
     common.header(4, "§9.2", "Parity with torch_ref.py (float64, train mode, dropout p = 0.1, same masks)")
+    # the digits of rounding-level differences depend on the CPU's kernels: marked; the bound below is not
     common.table([[r["module"], f"{r['n_params']:,}", r["n_tensors"], r["dropouts"], f"{r['output_diff']:.1e}",
                    f"{r['max_grad_diff']:.1e}"] for r in results],
-                 headers=["module", "parameters", "tensors", "dropouts", "max |Δ output|",
-                          "max |Δ grad| (all params + input)"], disable_numparse=True)
+                 headers=["module", "parameters", "parameter tensors", "dropout modules", "max |Δ output|",
+                          "max |Δ gradient| (all parameters + input)"], disable_numparse=True,
+                 kernel_dependent=True)
     overall = max(max(r["output_diff"], r["max_grad_diff"]) for r in results)
-    print(f"largest difference anywhere: {overall:.1e} (float64 rounding; not a line of backward written by hand)")
+    print(f"largest difference anywhere {at_most(overall, PARITY_BOUND)} (float64 rounding; notes: 3.6e-15); "
+          f"not a line of backward written by hand")
     # which tensor holds the largest of many rounding-level differences depends on the CPU's kernels
     common.kernel_note("largest gradient difference in: " + ", ".join(f"{r['module']}: {r['worst']}" for r in results))
 
@@ -240,6 +256,7 @@ def show_parity(args):
 KINDS = ["matmul", "add", "sub", "mul", "neg", "exp", "log", "sigmoid", "relu", "sum", "max", "embedding",
          "view", "permute", "contiguous"]
 LAYOUT_ONLY = ("view", "permute")  # change strides only: no kernel, no memory traffic
+LAYOUT = LAYOUT_ONLY + ("contiguous",)   # rearrange the layout; contiguous() copies
 
 
 def op_counts(B: int = 2, S: int = 5, D: int = 12, h: int = 3, n_vocab: int = 20, n_layers: int = 2,
@@ -284,15 +301,22 @@ def show_op_counts(args):
     kinds = _kinds_used(rows.values())
     common.table([[name] + [c[k] or "" for k in kinds] + [sum(c.values()), sum(c.values()) - c["matmul"]]
                   for name, c in rows.items()],
-                 headers=["module"] + kinds + ["total", "not matmul"], disable_numparse=True)
+                 headers=["module (calls)"] + kinds + ["total", "all but matmul"], disable_numparse=True)
     layer, train = r["modules"]["Pre-LN layer"], r["pre_ln_train"]
-    total, layout = sum(layer.values()), sum(layer[k] for k in LAYOUT_ONLY)
-    print(f"\nPre-LN layer: {total} primitive calls, {layer['matmul']} of them matmuls (notes: 68, 8 matmuls); "
-          f"in train mode {sum(train.values())} (+{train['mul'] - layer['mul']} dropout multiplies).")
+    total, matmuls = sum(layer.values()), layer["matmul"]
+    layout = {kind: layer[kind] for kind in LAYOUT}
+    strides_only = sum(layer[kind] for kind in LAYOUT_ONLY)
+    elementwise = total - matmuls - sum(layout.values())
+    print(f"\nPre-LN layer: {total} primitive calls = {matmuls} matmuls + {total - matmuls} others (notes: 68 = "
+          f"8 matmuls + 60 elementwise ops and reductions);\nof our {total - matmuls} others, {elementwise} are "
+          f"elementwise ops and reductions and {sum(layout.values())} rearrange the layout ("
+          + ", ".join(f"{n} {kind}" for kind, n in layout.items()) + f"). In train mode {sum(train.values())} "
+          f"calls (+{train['mul'] - layer['mul']} dropout multiplies).")
     softmax_calls = sum(r["functions"]["softmax"].values())
-    print(f"Of ours, {layout} are view/permute, which only change strides (no kernel on a GPU): "
-          f"{total - layout} calls touch memory. tensor.py has no rsqrt, so 1/√v is log, mul, exp; "
-          f"softmax alone is {softmax_calls} calls.")
+    print(f"The {strides_only} view/permute calls only change strides (no kernel on a GPU): {total - strides_only} "
+          f"of the {total} calls touch memory\n({matmuls} matmuls, {elementwise} elementwise ops and reductions, "
+          f"{layout['contiguous']} contiguous copy). tensor.py has no rsqrt, so 1/√v is log, mul, exp; softmax "
+          f"alone is {softmax_calls} calls.")
     draw_op_counts(r["modules"], args.figures)
 
 
@@ -466,6 +490,70 @@ def torch_nn_parity(B: int = 3, S_src: int = 5, S_tgt: int = 7, D: int = 16, h: 
     return results
 
 
+GENERATION_SIZE = dict(D=16, h=4, n_layers=2, n_vocab=11)   # small: the claim is about counts, not quality
+
+
+def encoder_decoder_generation(source_lengths=(5, 3), D: int = 16, h: int = 4, n_layers: int = 2,
+                               n_vocab: int = 11, seed: int = 0) -> dict:
+    """Greedy generation (notes §1.1, §7.6) from a random-init EncoderDecoder, with the KV cache and
+    without it: encoder calls (counted by wrapping model.encode), decoder passes (Generation.n_forward),
+    positions run through the decoder per row (Generation.positions_computed), tokens per row against
+    generate()'s default limit of source length + 50, and the largest logit difference between the two.
+    The sources are one batch, padded to the longest: each row's limit follows its own length."""
+    transformer.set_seed(seed)  # the weights too, not only the inputs
+    longest = max(source_lengths)
+    model = transformer.EncoderDecoder(n_vocab, D, h, n_layers=n_layers, n_positions=longest + 50 + 1,
+                                       p_dropout=0.1)   # generate() must switch dropout off itself
+    rng = np.random.default_rng(seed)
+    src = rng.integers(2, n_vocab, (len(source_lengths), longest))   # ids 0, 1 are pad and bos
+    src_pad = np.arange(longest)[None, :] >= np.array(source_lengths)[:, None]   # (B, S_src)
+    encoder_calls, encode = [], model.encode
+
+    def counted_encode(*args, **kwargs):
+        encoder_calls.append(1)
+        return encode(*args, **kwargs)
+    model.encode = counted_encode   # the instance's attribute shadows the method for this model only
+    runs = {}
+    for use_cache in (True, False):
+        encoder_calls.clear()
+        generation = model.generate(src, src_pad, use_cache=use_cache)   # greedy; the default limit
+        runs[use_cache] = dict(generation=generation, encoder_calls=len(encoder_calls))
+    cached, recomputed = runs[True]["generation"], runs[False]["generation"]
+    return dict(source_lengths=list(source_lengths), D=D, h=h, n_layers=n_layers, n_vocab=n_vocab,
+                limits=[n + 50 for n in source_lengths], runs=runs, training=model.training,
+                same_tokens=bool(np.array_equal(cached.tokens, recomputed.tokens)),
+                max_logit_diff=float(np.abs(cached.logits - recomputed.logits).max()))
+
+
+def show_generation(g: dict):
+    lengths, limits = g["source_lengths"], g["limits"]
+    common.note(f"Greedy generation with generate()'s default limit, source length + 50: a random-init model "
+                f"(d = {g['D']}, h = {g['h']}, {g['n_layers']} + {g['n_layers']} layers, V = {g['n_vocab']}),\n"
+                f"{len(lengths)} sources of {' and '.join(map(str, lengths))} tokens in one padded batch:")
+    rows = []
+    for use_cache, label in ((True, "with the KV cache"), (False, "without (the whole prefix each pass)")):
+        run = g["runs"][use_cache]
+        generation = run["generation"]
+        rows.append([label, run["encoder_calls"], generation.n_forward, generation.positions_computed,
+                     " and ".join(map(str, generation.lengths.tolist()))])
+    common.table(rows, headers=["generation", "encoder calls", "decoder passes", "positions per row (summed over "
+                                "passes)", "tokens generated per row"], disable_numparse=True)
+    cached = g["runs"][True]["generation"]
+    passes = cached.n_forward
+    stops = all(n == limit for n, limit in zip(cached.lengths.tolist(), limits))
+    recomputed = g["runs"][False]["generation"].positions_computed
+    common.note(
+        f"The encoder runs {'once' if all(r['encoder_calls'] == 1 for r in g['runs'].values()) else 'MORE than once'}"
+        f"; the decoder makes {'one pass' if passes == max(cached.lengths) else 'NOT one pass'} per generated "
+        f"token ({passes} passes for the longest row's {max(cached.lengths)} tokens), "
+        f"and each\nrow {'stops' if stops else 'does NOT stop'} at its source length + 50 "
+        f"({', '.join(f'{n} + 50 = {limit}' for n, limit in zip(lengths, limits))}). Without the cache pass t "
+        f"recomputes t positions: {recomputed} = {passes}·{passes + 1}/2 "
+        f"({'equal' if recomputed == passes * (passes + 1) // 2 else 'NOT equal'}).\n"
+        f"The cache's logits equal the recompute's: max |Δ logits| {at_most(g['max_logit_diff'], 1e-12)}, "
+        f"{'the same' if g['same_tokens'] else 'NOT the same'} tokens.")
+
+
 def show_encoder_decoder(args):
     r = encoder_decoder_parameters()
     common.header(6, "§3.3, §6.1-§6.2", "The paper's encoder-decoder: parameters, shapes, parity with torch.nn.Transformer")
@@ -490,25 +578,35 @@ def show_encoder_decoder(args):
                 f"Cross-attention: on a padded source position at most {s['cross_padded_max']:.1f}; every other "
                 f"entry > 0 (smallest {s['cross_visible_min']:.2g}): no causal mask, the whole source is visible.")
 
-    results = torch_nn_parity(seed=args.seed)
+    parity_size = dict(B=3, S_src=5, S_tgt=7, D=16, h=4, n_layers=2, n_vocab=11)
+    results = torch_nn_parity(**parity_size, seed=args.seed)
     print()
-    common.note("Against PyTorch's own torch.nn.Transformer (the same weights copied in; float64, no dropout, "
-                "padded source and target):")
+    size = parity_size
+    common.note(f"Against PyTorch's own torch.nn.Transformer at a small size, d = {size['D']}, h = {size['h']}, "
+                f"{size['n_layers']} + {size['n_layers']} layers, V = {size['n_vocab']}, B = {size['B']}, "
+                f"S_src = {size['S_src']}, S_tgt = {size['S_tgt']}\n(the same weights copied in; float64, "
+                "no dropout, padded source and target):")
     # the digits of rounding-level differences, and which parameter holds the largest, depend on the CPU's
     # kernels (torch.nn's fused paths round differently from its generic ones): marked; the bound is not
     common.table([[p["placement"], "yes" if p["final_norms"] else "no", f"{p['n_params']:,}", p["n_tensors"],
                    f"{p['output_diff']:.1e}", f"{p['max_grad_diff']:.1e}"] for p in results],
-                 headers=["LayerNorm", "final norms", "parameters", "tensors", "max |Δ logits|",
-                          "max |Δ grad| (every parameter)"], disable_numparse=True, kernel_dependent=True)
-    common.kernel_note("largest gradient difference in: " + ", ".join(f"{p['placement']}: {p['worst']}" for p in results))
+                 headers=["LayerNorm", "final norms", "parameters", "parameter tensors", "max |Δ logits|",
+                          "max |Δ gradient| (every parameter)"], disable_numparse=True, kernel_dependent=True)
+    common.kernel_note("largest gradient difference in: "
+                       + ", ".join(f"{p['placement']}: {p['worst']}" for p in results))
     overall = max(max(p["output_diff"], p["max_grad_diff"]) for p in results)
     common.note(f"Post-LN and Pre-LN: the logits and the gradients of all "
-                f"{' and '.join(str(p['n_tensors']) for p in results)} parameter tensors agree to "
-                f"{'< 1e-13' if overall < 1e-13 else f'{overall:.0e} (MORE than rounding)'}: float64 rounding.")
+                f"{' and '.join(str(p['n_tensors']) for p in results)} parameter tensors differ by "
+                f"{at_most(overall, PARITY_BOUND)}"
+                + (": float64 rounding." if overall <= PARITY_BOUND else ": NOT rounding, a bug."))
     post, pre = results
-    common.note(f"Pre-LN's final encoder_ln and decoder_ln add 4d = {pre['n_params'] - post['n_params']} parameters. "
-                "torch.nn.Transformer builds those two final norms\neven for Post-LN, where the paper has none; "
-                "the reference passes its own encoder and decoder without them (torch_ref.TorchNNEncoderDecoder).")
+    extra = pre["n_params"] - post["n_params"]
+    common.note(f"Pre-LN's final encoder_ln and decoder_ln add {extra} parameters "
+                f"({'=' if extra == 4 * size['D'] else '≠'} 4d = {4 * size['D']}). torch.nn.Transformer builds "
+                "those two final norms\neven for Post-LN, where the paper has none; the reference passes its own "
+                "encoder and decoder without them (torch_ref.TorchNNEncoderDecoder).")
+    print()
+    show_generation(encoder_decoder_generation(**GENERATION_SIZE, seed=args.seed))
 
 
 PARTS = {1: show_stable_loss, 2: show_dropout, 3: show_head_shapes, 4: show_parity, 5: show_op_counts,
