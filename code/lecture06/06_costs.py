@@ -2,11 +2,9 @@
 
 Serves the lecture-6 notes §8.1 (where the parameters are, part 1), §8.2 (FLOPs per token against
 PyTorch's FLOP counter, part 2), §8.3 (n = 6d, part 3; the activations a layer saves for backward,
-without and with dropout, part 4; the attention core's share of a layer's time, part 5) and §5.1 (the FFN's 2/3), plus
-exercises 5, 6 and 10. Models are torch_ref.py's modules: built on the meta device to count
-(shapes only, nothing allocated), cast to float32 to measure. Runtime: about 11 s of CPU time (2-core
-machine; 13 s with the figures), a third of it importing torch and the torch._dynamo that FlopCounterMode
-pulls in.
+without and with dropout, part 4; the attention core's share of a layer's time, part 5) and §5.1
+(the FFN's 2/3), plus exercises 5, 6 and 10. Models are torch_ref.py's modules: built on the meta
+device to count (shapes only, nothing allocated), cast to float32 to measure.
 
     python code/lecture06/06_costs.py [--part N] [--seed S] [--quick] [--no-figures]
 """
@@ -83,16 +81,21 @@ def count_parameters(model) -> dict:
 
 
 def layer_parameters(n_embd: int, n_head: int, **_) -> dict:
-    """One layer (with biases, FFN 4d) counted from torch_ref.TransformerLayer, next to 12d²."""
-    with torch.device("meta"):
-        layer = torch_ref.TransformerLayer(n_embd, n_head)
-    count = Counter()
-    for name, p in layer.named_parameters():
-        count[name.split(".")[0]] += p.numel()
+    """One layer (with biases, FFN 4d) counted from torch_ref.TransformerLayer, next to 12d²; and the
+    FFN's share of the matrices alone, counted from the same layer built without biases."""
+    def counted(bias: bool) -> Counter:
+        with torch.device("meta"):
+            layer = torch_ref.TransformerLayer(n_embd, n_head, bias=bias)
+        count = Counter()
+        for name, p in layer.named_parameters():
+            count[name.split(".")[0]] += p.numel()
+        return count
+
+    count, matrices = counted(bias=True), counted(bias=False)
     total = sum(count.values())
     return dict(d=n_embd, attention=count["attention"], ffn=count["ff"], ln=count["ln_1"] + count["ln_2"],
                 total=total, twelve_d2=12 * n_embd ** 2, ffn_share=count["ff"] / total,
-                ffn_share_no_bias=8 * n_embd ** 2 / (12 * n_embd ** 2))
+                ffn_share_no_bias=matrices["ff"] / (matrices["ff"] + matrices["attention"]))
 
 
 def parameters(sizes=SIZES) -> dict:
@@ -117,18 +120,24 @@ def show_parameters(args):
                   for term, expr in PARAM_TERMS.items()]
                  + [["total", "", f"{small['formula_total']:,}", f"{small['total']:,}",
                      "yes" if small["formula_total"] == small["total"] else "NO"]],
-                 headers=["term", "formula", "formula", "module count", "equal"], disable_numparse=True)
+                 headers=["term", "formula", "by formula (parameters)", "module count (parameters)", "equal"],
+                 disable_numparse=True)
     print()
     common.table([[name, m["cfg"]["n_embd"], m["cfg"]["n_layers"], f"{m['formula_total']:,}", f"{m['total']:,}",
                    "yes" if m["formula"] == m["counted"] else "NO"] for name, m in r["models"].items()],
-                 headers=["model", "d", "L", "formula", "module count", "every term equal"], disable_numparse=True)
+                 headers=["model", "d", "layers L", "by formula (parameters)", "module count (parameters)",
+                          "every term equal"], disable_numparse=True)
     print()
     common.table([[lay["d"], f"{lay['attention']:,}", f"{lay['ffn']:,}", f"{lay['ln']:,}", f"{lay['total']:,}",
                    f"{lay['twelve_d2']:,}", f"{100 * lay['ffn_share']:.2f}%", f"{lay['ffn_share_no_bias']:.4f}"]
                   for lay in r["layers"]],
-                 headers=["one layer, d", "attention 4d²+4d", "FFN 8d²+5d", "2 LayerNorms 4d", "total",
-                          "12d²", "FFN share", "8d²/12d²"], disable_numparse=True)
-    print("the FFN holds 2/3 of a layer; d = 1024 is exercise 5")
+                 headers=["one layer, d", "attention 4d²+4d", "FFN 8d²+5d", "2 LayerNorms 4d",
+                          "total (parameters)", "12d²", "FFN share (with biases)",
+                          "FFN share of the matrices, 8d²/12d²"], disable_numparse=True)
+    shares = [lay["ffn_share"] for lay in r["layers"]]
+    print(f"the FFN holds {100 * min(shares):.2f}-{100 * max(shares):.2f}% of a layer's parameters, "
+          f"{r['layers'][0]['ffn_share_no_bias']:.4f} of the matrices alone (notes: 2/3); "
+          "d = 1024 is exercise 5")
 
 
 # ---- Part 2 · §8.2 FLOPs per token ------------------------------------------------------------------
@@ -178,9 +187,15 @@ def flops_per_token(cfg=GPT2_SMALL, seq_len: int = 1024) -> dict:
     counted = count_flops(meta_model(**cfg), seq_len)
     total = sum(formula.values())
     n_params = sum(parameter_formula(**cfg).values())
+    # the weights a matmul multiplies: no biases, LayerNorms or position table (added, not multiplied)
+    unbiased = parameter_formula(**dict(cfg, bias=False))
+    matmul_weights = sum(unbiased[term] for term in ("token embeddings (wte)", "attention (all layers)",
+                                                     "FFN (all layers)", "output head"))
+    attention_per_token = formula["attention (QKᵀ, AV)"] / seq_len
     return dict(seq_len=seq_len, formula=formula, counted=counted, total=total,
                 counted_total=counted["total (counter)"], per_token=total / seq_len,
-                shares={k: v / total for k, v in formula.items()}, n_params=n_params, two_n=2 * n_params)
+                shares={k: v / total for k, v in formula.items()}, n_params=n_params, two_n=2 * n_params,
+                matmul_weights=matmul_weights, attention_per_token=attention_per_token)
 
 
 def show_flops(args):
@@ -196,9 +211,16 @@ def show_flops(args):
                      "yes" if r["total"] == r["counted_total"] else "NO", f"{r['per_token'] / 1e6:.1f}", "100%"]],
                  headers=["term", "formula", "formula FLOPs", "counter FLOPs", "equal", "MFLOPs/token", "share"],
                  disable_numparse=True)
-    print("(the counter counts 2 FLOPs per multiply-add and matmuls only; the notes' four shares leave out W_O)")
+    four = sum(r["shares"][term] for term in FLOP_TERMS if term != "W_O")
+    print(f"(the counter counts 2 FLOPs per multiply-add and matmuls only; the notes' four shares, QKV, "
+          f"attention, FFN and output layer, add up to {100 * four:.1f}%: they leave out W_O's "
+          f"{100 * r['shares']['W_O']:.1f}%)")
+    rebuilt = 2 * r["matmul_weights"] + r["attention_per_token"]
     print(f"2N = 2 × {r['n_params']:,} = {r['two_n'] / 1e6:.1f} MFLOPs/token against {r['per_token'] / 1e6:.1f}: "
-          f"one multiply-add per weight per token, plus attention, minus the embedding tables")
+          f"one multiply-add per token for each of the {r['matmul_weights']:,} weights\na matmul multiplies "
+          f"(N without the position table, the biases and the LayerNorms: {2 * r['matmul_weights'] / 1e6:.1f}) "
+          f"plus attention's QKᵀ and AV (4·S·d·L: {r['attention_per_token'] / 1e6:.1f}) = {rebuilt / 1e6:.1f} "
+          f"({'equal' if rebuilt == r['per_token'] else 'NOT equal'} to the total)")
     draw_flops_vs_n(args.figures)
 
 
@@ -266,17 +288,19 @@ def llama_attention_share(seq_lens=(2048, 32768, 131072), cfg=LLAMA_7B) -> list[
 
 def show_crossover(args):
     common.header(3, "§8.3", "Where n² takes over: attention 4·n·d against 24·d² per token per layer")
+    llama = llama_attention_share()
     common.table([[r["model"], r["d"], r["n_star"], f"{r['attention_per_token'] / 1e6:.1f}",
                    f"{r['rest_per_token'] / 1e6:.1f}"] for r in crossover()],
                  headers=["model", "d", "n = 6d", "attention MFLOPs/token (counter)",
                           "projections + FFN MFLOPs/token (counter)"], disable_numparse=True)
     print("(one layer at n = 6d on the meta device; GPT-2 small's row is exercise 6)\n")
     common.table([[r["n"], f"{100 * r['share']:.1f}%", f"{100 * r['share_counter']:.1f}%",
-                   f"{100 * r['share_swiglu']:.1f}%"] for r in llama_attention_share()],
+                   f"{100 * r['share_swiglu']:.1f}%"] for r in llama],
                  headers=["LLaMA-7B, n", "attention share, 24d² model", "same, counter",
                           "with SwiGLU 11008 (3 matrices)"], disable_numparse=True)
-    print("(share of one layer's matmul FLOPs, output layer left out; at common lengths projections and "
-          "FFN still dominate)")
+    shortest = llama[0]
+    print(f"(share of one layer's matmul FLOPs, output layer left out; at n = {shortest['n']:,} the projections "
+          f"and the FFN still hold {100 * (1 - shortest['share']):.1f}%)")
 
 
 # ---- Part 4 · §8.3 activations saved for backward ---------------------------------------------------
