@@ -306,7 +306,7 @@ def permutation_over_seeds(seeds=range(10), n_embd: int = 16, n_head: int = 2) -
             values = [run["pooled"][name][i] for run in runs]
             spread[name, norm] = dict(values=values, median=float(np.median(values)),
                                       min=min(values), max=max(values))
-    return {"seeds": list(seeds), "runs": runs, "spread": spread,
+    return {"seeds": list(seeds), "n_embd": n_embd, "runs": runs, "spread": spread,
             "shuffle_error": max(run["shuffle_error"] for run in runs)}
 
 
@@ -318,8 +318,8 @@ def show_permutation(args):
     r = permutation_over_seeds(seeds)
     first, n, spread = r["runs"][0], len(r["seeds"]), r["spread"]
     common.header(4, "§2.4", "Without positions attention is permutation-equivariant")
-    common.note(f"Embedding (d = 16) → one bidirectional Transformer layer (random init), "
-                f"{first['n_tokens']} tokens; seed {args.seed} shuffles them by "
+    common.note(f"Embedding (d = {r['n_embd']}) → one bidirectional Transformer layer (random "
+                f"init), {first['n_tokens']} tokens; seed {args.seed} shuffles them by "
                 f"{first['perm'].tolist()}:")
     # which of many rounding-level differences is the largest, and so its digits, depends on the
     # BLAS kernels

@@ -123,8 +123,7 @@ def show_rotation(args):
     largest = max(max(row["rotation_error"], row["dot_std"]) for row in r["rows"])
     common.note(f"R_k depends on k only: one fixed linear map takes any position t to t + k.\nBoth "
                 f"errors are rounding: the largest, {largest:.1e}, is "
-                f"{largest / (r['t_rotate'] - 1):.0e} × t at t = {r['t_rotate'] - 1}; they grow "
-                f"slowly with t.")
+                f"{largest / (r['t_rotate'] - 1):.0e} × t at t = {r['t_rotate'] - 1}.")
     if args.figures:  # the curves are the figure's alone
         draw_pe_dot(dot_curves(), args.figures)
 
@@ -180,8 +179,8 @@ def show_learned_limit(args):
     common.note(f"\nSinusoidal PE at t = {r['far']} (d = {D_MODEL}): finite {r['pe_far_finite']}, "
                 f"components in [{r['pe_far_min']:.4f}, {r['pe_far_max']:.4f}], norm "
                 f"{r['pe_far_norm']:.4f}; first four {np.round(r['pe_far'][:4], 4).tolist()}")
-    common.note("Computable is not the same as usable: a model never trained at t = 9999 may still "
-                "fail there.")
+    common.note(f"Computable is not the same as usable: a model never trained at t = {r['far']} "
+                "may still fail there.")
 
 
 # ---- Part 4 · §4.4 ------------------------------------------------------------------------------
