@@ -338,15 +338,16 @@ def show_parameter_table(args):
                   "total (formula)",
                         "total (modules)", "equal"], intfmt=",")
     common.table([[name, row["shared"] / 1e6, row["unshared"] / 1e6, 100 * row["saving"],
-                   f"{row['paper'] / 1e6:.0f}M", 100 * (row["shared"] / row["paper"] - 1)]
+                   f"{row['paper'] / 1e6:.0f}", 100 * (row["shared"] / row["paper"] - 1)]
                   for name, row in r["rows"].items()],
-                 ["model", "shared (M)", "unshared (M)", "saving (%)", "paper",
-                  "shared vs paper (%)"],
+                 ["model", "shared (millions)", "unshared (millions)", "saving (%)",
+                  "paper (millions)", "shared vs paper (%)"],
                  floatfmt=("", ".2f", ".2f", ".2f", "", "+.1f"))
     base = r["rows"]["base"]
-    common.note(f"Counted: 6 encoder + 6 decoder layers, biases everywhere, no final LayerNorm "
-                f"(nn.Transformer's two would add {base['counts'][1][1]['final_norms']:,} on "
-                f"base), sinusoidal positions.\n“Unshared” = three V×d tables (encoder input, "
+    layers = base["config"]["n_layers"]
+    common.note(f"Counted: {layers} encoder + {layers} decoder layers, biases everywhere, no final "
+                f"LayerNorm (nn.Transformer's two would add "
+                f"{base['counts'][1][1]['final_norms']:,} on base), sinusoidal positions.\n“Unshared” = three V×d tables (encoder input, "
                 f"decoder input, pre-softmax); against two (source = target, output separate) "
                 f"sharing would save {100 * base['saving_two_tables']:.2f}% on base.")
     big = r["rows"]["big"]
