@@ -347,7 +347,8 @@ def show_parameter_table(args):
     layers = base["config"]["n_layers"]
     common.note(f"Counted: {layers} encoder + {layers} decoder layers, biases everywhere, no final "
                 f"LayerNorm (nn.Transformer's two would add "
-                f"{base['counts'][1][1]['final_norms']:,} on base), sinusoidal positions.\n“Unshared” = three V×d tables (encoder input, "
+                f"{base['counts'][1][1]['final_norms']:,} on base), sinusoidal positions.\n"
+                f"“Unshared” = three V×d tables (encoder input, "
                 f"decoder input, pre-softmax); against two (source = target, output separate) "
                 f"sharing would save {100 * base['saving_two_tables']:.2f}% on base.")
     big = r["rows"]["big"]
