@@ -344,8 +344,9 @@ def show_permutation(args):
             row += [f"{first['pooled'][name][i]:.3f}", f"{s['median']:.3f}",
                     f"{s['min']:.3f} to {s['max']:.3f}"]
         rows.append(row)
-    common.table(rows, ["model", f"max |Δ|, seed {args.seed}", "median", "range over seeds",
-                        f"‖Δ‖₂, seed {args.seed}", "median", "range over seeds"],
+    common.table(rows, ["model", f"max |Δ|, seed {args.seed}", "max |Δ|, median",
+                        "max |Δ|, range over seeds", f"‖Δ‖₂, seed {args.seed}", "‖Δ‖₂, median",
+                        "‖Δ‖₂, range over seeds"],
                  disable_numparse=True)
     inside = lambda norm: ("inside" if spread["learned positions",
                                               norm]["min"] <= NOTES_WITH_POSITIONS

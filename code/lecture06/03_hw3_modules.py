@@ -627,7 +627,8 @@ def show_encoder_decoder(args):
                 f"Post-LN, V = {r['n_vocab']:,}); parameters counted from its modules:")
     common.table([[row["module"], row["formula"], f"{row['by_formula']:,}", f"{row['counted']:,}",
                    "yes" if row["by_formula"] == row["counted"] else "NO"] for row in r["rows"]],
-                 headers=["module", "formula", "by formula", "counted", "equal"],
+                 headers=["module", "formula", "by formula (parameters)", "counted (parameters)",
+                          "equal"],
                  disable_numparse=True)
     common.note(f"02 part 5's formula for the base model with one shared table: {r['from_02']:,} "
                 f"({'equal' if r['from_02'] == r['total'] else 'NOT equal'}); the model holds "

@@ -327,13 +327,14 @@ def show_crossover(args):
     llama = llama_attention_share()
     common.table([[r["model"], r["d"], r["n_star"], f"{r['attention_per_token'] / 1e6:.1f}",
                    f"{r['rest_per_token'] / 1e6:.1f}"] for r in crossover()],
-                 headers=["model", "d", "n = 6d", "attention MFLOPs/token (counter)",
+                 headers=["model", "d", "n = 6d (tokens)", "attention MFLOPs/token (counter)",
                           "projections + FFN MFLOPs/token (counter)"], disable_numparse=True)
     print("(one layer at n = 6d on the meta device; GPT-2 small's row is exercise 6)\n")
     common.table([[r["n"], f"{100 * r['share']:.1f}%", f"{100 * r['share_counter']:.1f}%",
                    f"{100 * r['share_swiglu']:.1f}%"] for r in llama],
-                 headers=["LLaMA-7B, n", "attention share, 24d² model", "same, counter",
-                          "with SwiGLU 11008 (3 matrices)"], disable_numparse=True)
+                 headers=["LLaMA-7B, n (tokens)", "attention share, 24d² model (formula)",
+                          "attention share, 24d² model (counter)",
+                          "attention share with SwiGLU 11008 (3 matrices)"], disable_numparse=True)
     shortest = llama[0]
     print(f"(share of one layer's matmul FLOPs, output layer left out; at n = {shortest['n']:,} "
           f"the projections and the FFN still hold {100 * (1 - shortest['share']):.1f}%)")
@@ -412,10 +413,10 @@ def show_activation_memory(args, p_dropout: float = 0.1):
                    f"{y['exact']:,}",
                    "yes" if y["floats"] == y["exact"] else "NO",
                    y["storages"]] for x, y in zip(r["rows"], rd["rows"])],
-                 headers=["S", "no dropout: bytes saved", "floats", "16·S·d + h·S² + 4·S", "equal",
-                          "storages",
-                          f"dropout {p_dropout:g}: floats", "18·S·d + 3·h·S² + 4·S", "equal",
-                          "storages"],
+                 headers=["S (tokens)", "no dropout: bytes saved", "floats saved",
+                          "16·S·d + h·S² + 4·S", "equal", "storages",
+                          f"dropout {p_dropout:g}: floats saved", "18·S·d + 3·h·S² + 4·S",
+                          "equal (dropout)", "storages (dropout)"],
                  disable_numparse=True)
     x = next(x for x in r["rows"] if x["S"] == 128)  # S·d, 4·S·d, h·S² and S all differ here
     y = next(y for y in rd["rows"] if y["S"] == 128)
