@@ -25,6 +25,20 @@ def test_soft_lookup_matches_the_notes():
         assert abs(row["weights"].sum() - 1) < 1e-12 and row["weights"].argmax() == 1   # key 2
 
 
+def test_soft_lookup_names_the_key_it_moves_to_from_the_result():
+    r = m.soft_lookup()
+    assert (r["best_key"], r["best_value"]) == (2, 20.0) and r["approaches"]
+    assert r["distances"][-1] < 1e-3 < r["distances"][0]
+    other = m.soft_lookup(query=(0.9, 0.1, 0.3, 0.0))          # key 1 scores highest: the sentence follows
+    assert (other["best_key"], other["best_value"]) == (1, 10.0) and abs(other["rows"][-1]["output"] - 10) < 1e-3
+
+
+def test_part1_prints_the_computed_conclusion(capsys):
+    m.show_soft_lookup(argparse.Namespace(quick=True, seed=0, figures=None))
+    out = capsys.readouterr().out
+    assert "moves from 23.795 (scale 1) to 20.000 (scale 64), closer at every scale to key 2's value, 20" in out
+
+
 def test_soft_lookup_uses_raw_dot_products():
     """Any constant shift of the query gives the same weights (a softmax ignores it); the one-hot e₂ does not give 23.795."""
     shifted = m.soft_lookup(query=(0.2, 1.0, 0.4, 0.1))["rows"][0]["output"]
@@ -45,10 +59,17 @@ def test_score_variance_grows_as_d(scaling):
 
 
 def test_exercise_1_std_at_d_256(scaling):
-    row = next(row for row in scaling["rows"] if row["d"] == 256)
-    assert math.sqrt(256) == 16 and math.sqrt(256) / math.sqrt(256) == 1      # theory: 16 and 1
-    assert abs(math.sqrt(row["raw"]["var"]) - 16) < 0.05 * 16
-    assert abs(math.sqrt(row["scaled"]["var"]) - 1) < 0.05
+    """The std of q·k at d = 256 is √d = 16, and 1 after /√d. The sample variance of n = trials × keys
+    scores (each a sum of 256 products of unit normals, so nearly normal) has a relative standard error
+    of about √(2/n + 2/(d·trials)) (the second term: the keys of one trial share their query, whose
+    ‖q‖² varies by √(2/d)); a std half that. 4 of those is a tolerance a wrong scaling cannot meet."""
+    d = 256
+    row = next(row for row in scaling["rows"] if row["d"] == d)
+    n = scaling["trials"] * scaling["n_keys"]
+    tolerance = 4 * math.sqrt(2 / n + 2 / (d * scaling["trials"])) / 2   # 4 standard errors, relative
+    assert abs(math.sqrt(row["raw"]["var"]) / 16 - 1) < tolerance
+    assert abs(math.sqrt(row["scaled"]["var"]) - 1) < tolerance
+    assert row["scaled"]["var"] == pytest.approx(row["raw"]["var"] / 256, rel=1e-12)   # the same scores /√d
 
 
 def test_raw_scores_saturate_scaled_do_not(scaling):
@@ -86,7 +107,7 @@ def test_causal_mask_and_weights():
     r = m.causal_mask()
     mask, above = r["mask"], np.triu(np.ones((5, 5), dtype=bool), k=1)
     assert mask.shape == (5, 5) and r["masked"] == 10
-    assert (mask[above] == m.tf.MASK_VALUE).all() and (mask[~above] == 0).all()
+    assert (mask[above] == m.transformer.MASK_VALUE).all() and (mask[~above] == 0).all()
     assert r["visible_per_row"].tolist() == [1, 2, 3, 4, 5]
     assert (r["weights"][..., above] == 0.0).all() and r["max_weight_above_diagonal"] == 0.0
     assert np.allclose(r["weights"].sum(axis=-1), 1.0)
@@ -181,13 +202,39 @@ def test_part5_prints_intensity_and_ends_the_flop_table_with_the_ratio(capsys):
     m.show_rnn_vs_attention(argparse.Namespace(quick=True, seed=0, figures=None))
     lines = capsys.readouterr().out.splitlines()
     flop_header = next(line for line in lines if "RNN FLOPs/token" in line)
-    assert flop_header.rstrip().endswith("attention / RNN FLOPs 2 + n/d")      # "look at the last column"
+    assert flop_header.rstrip().endswith("FLOPs/token, attention / RNN (2 + n/d)")   # "look at the last column"
+    headers = [h.strip() for h in flop_header.split("  ") if h.strip()]
+    assert len(headers) == len(set(headers)) == 8                                   # no two columns alike
     at_8192 = next(line for line in lines if line.lstrip().startswith("8,192") and "1,048,576" in line)
     assert at_8192.rstrip().endswith("18.00")
+    assert any("attention saves no FLOPs at any n here. Its four projections alone, 8d² = 2,097,152 "
+               "FLOPs/token, are 2× the RNN's 4d²" in line for line in lines)
+    assert any("2.25 at n = 128, 18.00 at n = 8,192" in line for line in lines)
     assert any("2,097,152 bytes of weights (8d²)" in line for line in lines)
     assert any("0.50 FLOP/byte" in line for line in lines)
-    intensity_header = next(line for line in lines if "attention FLOP/byte" in line)
-    assert "RNN step FLOP/byte" in intensity_header
+    intensity_header = next(line for line in lines if "attention (FLOP/byte)" in line)
+    assert "RNN step (FLOP/byte)" in intensity_header and "intensity, attention / RNN (×)" in intensity_header
+
+
+def test_projection_ratio_is_computed():
+    assert m.rnn_vs_attention(d=64, lengths=(64,), timed=(4,), repeats=1)["projections_over_rnn"] == 2.0
+
+
+def test_part2_headers_and_the_computed_conclusion(capsys):
+    m.show_score_scaling(argparse.Namespace(quick=True, seed=0, figures=None))
+    out = capsys.readouterr().out
+    assert "var(q·k/√d)" in out and "var q·k/√d" not in out
+    r = m.score_scaling(trials=200)
+    ratios = [row["raw"]["var"] / row["d"] for row in r["rows"]]
+    first, last = r["rows"][0], r["rows"][-1]
+    assert f"var(q·k)/d = {min(ratios):.2f}-{max(ratios):.2f} at every d" in out
+    assert f"max weight rises {first['raw']['max_weight']:.3f} → {last['raw']['max_weight']:.3f}" in out
+    assert f"falls {first['raw']['jacobian']:.3f} → {last['raw']['jacobian']:.3f}" in out
+
+
+def test_part3_mask_count_sentence(capsys):
+    m.show_causal_mask(argparse.Namespace(quick=True, seed=0, figures=None))
+    assert "10 of 25 entries are masked (= S(S−1)/2 = 10)." in capsys.readouterr().out
 
 
 # ---- every part runs as the script runs it (`--quick`), figures included -----------------------------

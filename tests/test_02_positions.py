@@ -97,6 +97,20 @@ def test_parameter_table():
     assert base["counts"][1][1]["final_norms"] == 2 * 2 * 512
 
 
+def test_conclusions_print_what_the_tables_show(capsys):
+    m.common.main(m.__doc__, m.PARTS, ["--quick", "--no-figures"], uses_torch=False)
+    out = capsys.readouterr().out
+    assert "Every encoding is different (smallest distance 3.714 > 0), neighbours are closest, and nothing " \
+           "grows with t" in out
+    assert "(‖e‖ ≈ 1.00 against ‖PE‖ = 16: cos 0.063); scaled by √d, the token dominates again" in out
+    assert "(‖√d·e‖ ≈ 22.6 against 16: cos 0.816; notes: 0.064 and 0.816)" in out
+    assert "The saving is larger for the smaller model (37.52% against 26.13%): the table is a bigger share " \
+           "of it (30.0% of base, 17.7% of big)." in out
+    r = m.rotation()
+    largest = max(max(row["rotation_error"], row["dot_std"]) for row in r["rows"])
+    assert f"the largest, {largest:.1e}, is {largest / 511:.0e} × t at t = 511" in out
+
+
 # ---- every part runs as the script runs it (`--quick`), figures included -----------------------------
 def test_every_part_prints_and_draws(tmp_path, capsys):
     m.common.main(m.__doc__, m.PARTS, ["--quick", "--figures", str(tmp_path)], uses_torch=False)

@@ -38,7 +38,15 @@ def test_one_layer_and_the_ffn_share(params):
     assert (layer_1024["attention"], layer_1024["ffn"], layer_1024["ln"], layer_1024["total"]) == \
         (4_198_400, 8_393_728, 4_096, 12_596_224)                                   # exercise 5
     assert abs(layer_1024["ffn_share"] - 0.6664) < 5e-5
-    assert layer_1024["ffn_share_no_bias"] == pytest.approx(2 / 3, abs=1e-15)
+    assert layer_1024["ffn_share_no_bias"] == pytest.approx(2 / 3, abs=1e-15)   # counted without biases
+
+
+def test_part1_prints_the_ffn_share_it_computed(capsys):
+    s06.show_parameters(argparse.Namespace(quick=True, seed=0, figures=None))
+    out = capsys.readouterr().out
+    assert "the FFN holds 66.63-66.64% of a layer's parameters, 0.6667 of the matrices alone (notes: 2/3)" in out
+    header = next(line for line in out.splitlines() if line.startswith("term "))
+    assert "by formula (parameters)" in header and "module count (parameters)" in header
 
 
 def _random_configs(n=5, seed=0):
@@ -108,6 +116,19 @@ def test_gpt2_small_flops_per_token():
     assert abs(shares["attention (QKᵀ, AV)"] - 13.3) <= 0.05
     assert abs(shares["W_O"] - 4.97) <= 0.01                 # the share the notes leave out
     assert abs(r["two_n"] / 1e6 - 248.9) <= 0.05
+    # per token: 2 × the weights matmuls multiply + attention's 4·S·d·L, exactly
+    assert r["matmul_weights"] == 50257 * 768 + 12 * 12 * 768 ** 2 == 123_532_032
+    assert 2 * r["matmul_weights"] + r["attention_per_token"] == r["per_token"] == 284_812_800
+
+
+def test_part2_and_part3_print_their_computed_sentences(capsys):
+    args = argparse.Namespace(quick=True, seed=0, figures=None)
+    s06.show_flops(args)
+    s06.show_crossover(args)
+    out = capsys.readouterr().out
+    assert "add up to 95.0%: they leave out W_O's 5.0%" in out
+    assert "247.1) plus attention's QKᵀ and AV (4·S·d·L: 37.7) = 284.8 (equal to the total)" in out
+    assert "at n = 2,048 the projections and the FFN still hold 92.3%" in out
 
 
 # ---- part 3 · S8.3-a/b, Ex6

@@ -1,7 +1,7 @@
-"""Script 01 · Attention: soft lookup, why divide by √d, the causal mask, no positions, RNN vs attention.
+"""Script 01 · Attention: soft lookup, why √d, the causal mask, no positions, RNN vs attention.
 
 Serves notes §1.2 (part 5) and §2.1-§2.4 (parts 1-4). Parts 3 and 4 run the attention layers of
-transformer.py, built on lecture 5's tensor.py. Runtime: about 5 s (`--quick`: about 2 s).
+transformer.py, built on lecture 5's tensor.py.
 
     python code/lecture06/01_attention.py [--part N] [--seed S] [--quick] [--no-figures]
 """
@@ -13,7 +13,7 @@ import math
 
 
 import numpy as np
-import transformer as tf
+import transformer
 from tensor import Tensor, no_grad
 
 ROUNDING = 1e-15  # float64: differences this small are summation order, not information
@@ -21,40 +21,57 @@ CONTRAST = ("the plot was good but the acting was bad", "the acting was bad but 
 
 
 def softmax(scores: np.ndarray) -> np.ndarray:
-    """transformer.py's softmax (max subtracted, built from tensor.py primitives) on a plain array."""
+    """transformer.py's softmax (max subtracted, built from tensor.py primitives) on a plain
+    array."""
     with no_grad():
-        return tf.softmax(Tensor(scores), dim=-1).data
+        return transformer.softmax(Tensor(scores), dim=-1).data
 
 
 # ---- Part 1 · §2.1 ------------------------------------------------------------------------------
-def soft_lookup(query=(0.1, 0.9, 0.3, 0.0), values=(10.0, 20.0, 30.0, 40.0), scales=(1, 4, 16, 64)) -> dict:
-    """Attention as a soft dictionary: 4 orthogonal keys (the 4×4 identity), raw scores q·kᵢ times a scale."""
+def soft_lookup(query=(0.1, 0.9, 0.3, 0.0), values=(10.0, 20.0, 30.0, 40.0),
+                scales=(1, 4, 16, 64)) -> dict:
+    """Attention as a soft dictionary: 4 orthogonal keys (the 4×4 identity), raw scores q·kᵢ times a
+    scale.
+
+    best_key: the key with the largest score (numbered from 1), the one a hard lookup would return;
+    distances: |output − its value| at each scale."""
     keys = np.eye(len(values))
     query, values = np.asarray(query, dtype=float), np.asarray(values, dtype=float)
     rows = []
     for scale in scales:
         weights = softmax(scale * (keys @ query))
         rows.append({"scale": scale, "weights": weights, "output": float(weights @ values)})
-    return {"keys": keys, "query": query, "values": values, "rows": rows}
+    best = int(np.argmax(keys @ query))
+    distances = [abs(row["output"] - values[best]) for row in rows]
+    return {"keys": keys, "query": query, "values": values, "rows": rows, "best_key": best + 1,
+            "best_value": float(values[best]), "distances": distances,
+            "approaches": all(a > b for a, b in zip(distances, distances[1:]))}
 
 
 def show_soft_lookup(args):
     r = soft_lookup()
     common.header(1, "§2.1", "Attention as a soft lookup")
-    common.note(f"keys = the 4×4 identity, values = {r['values'].tolist()}, query q = {r['query'].tolist()}, "
-                f"scores = scale · q·kᵢ")
+    common.note(f"keys = the 4×4 identity, values = {r['values'].tolist()}, query q = "
+                f"{r['query'].tolist()}, scores = scale · q·kᵢ")
     common.table([[row["scale"], *row["weights"], row["output"]] for row in r["rows"]],
                  ["scale", "w₁", "w₂", "w₃", "w₄", "output Σ wᵢvᵢ"], floatfmt=".3f")
-    common.note("Sharper scores, harder lookup: the output moves to key 2's value, 20.")
+    first, last = r["rows"][0], r["rows"][-1]
+    trend = "closer at every scale" if r["approaches"] else "NOT closer at every scale"
+    common.note(f"Sharper scores, harder lookup: the output moves from {first['output']:.3f} "
+                f"(scale {first['scale']}) to {last['output']:.3f} (scale {last['scale']}), "
+                f"{trend} to key {r['best_key']}'s value, {r['best_value']:g}\n(key "
+                f"{r['best_key']} has the largest score q·kᵢ; notes: 23.795 → 20.000).")
 
 
 # ---- Part 2 · §2.2 ------------------------------------------------------------------------------
 def softmax_jacobian(p: np.ndarray) -> np.ndarray:
-    """∂softmax/∂scores = diag(p) − ppᵀ for each row of p: (..., n) -> (..., n, n). Zero at a one-hot p."""
+    """∂softmax/∂scores = diag(p) − ppᵀ for each row of p: (..., n) -> (..., n, n). Zero at a
+    one-hot p."""
     return p[..., :, None] * np.eye(p.shape[-1]) - p[..., :, None] * p[..., None, :]
 
 
-def score_scaling(dims=(4, 16, 64, 256, 1024), n_keys: int = 32, trials: int = 2000, seed: int = 0) -> dict:
+def score_scaling(dims=(4, 16, 64, 256, 1024), n_keys: int = 32, trials: int = 2000,
+                  seed: int = 0) -> dict:
     """One query against n_keys keys, all entries iid N(0, 1), `trials` times for each d.
 
     For raw scores q·k and scaled ones q·k/√d: the variance of the scores, the softmax's mean max
@@ -65,11 +82,13 @@ def score_scaling(dims=(4, 16, 64, 256, 1024), n_keys: int = 32, trials: int = 2
     rows = []
     for d in dims:
         scores = []
-        for start in range(0, trials, 250):  # chunks keep memory small at d = 1024; float32 draws twice as fast
+        # chunks keep memory small at d = 1024; float32 draws twice as fast
+        for start in range(0, trials, 250):
             c = min(250, trials - start)
             q = rng.standard_normal((c, d, 1), dtype=np.float32)
             keys = rng.standard_normal((c, n_keys, d), dtype=np.float32)
-            scores.append((keys @ q)[..., 0])                 # (c, n_keys, d) @ (c, d, 1) -> (c, n_keys)
+            # (c, n_keys, d) @ (c, d, 1) -> (c, n_keys)
+            scores.append((keys @ q)[..., 0])
         raw = np.concatenate(scores).astype(np.float64)       # (trials, n_keys)
         row = {"d": d}
         for name, s in (("raw", raw), ("scaled", raw / math.sqrt(d))):
@@ -88,19 +107,37 @@ def score_scaling(dims=(4, 16, 64, 256, 1024), n_keys: int = 32, trials: int = 2
 def show_score_scaling(args):
     r = score_scaling(trials=200 if args.quick else 2000, seed=args.seed)
     common.header(2, "§2.2", "Why divide by √d")
-    common.note(f"q, k with iid N(0, 1) entries; each query against {r['n_keys']} keys, {r['trials']} trials; "
-                f"a uniform softmax has max weight {1 / r['n_keys']:.3f}, entropy {r['uniform_entropy']:.3f} nats")
+    common.note(f"q, k with iid N(0, 1) entries; each query against {r['n_keys']} keys, "
+                f"{r['trials']} trials; a uniform softmax has max weight {1 / r['n_keys']:.3f}, "
+                f"entropy {r['uniform_entropy']:.3f} nats")
     rows = []
     for row in r["rows"]:
         raw, scaled = row["raw"], row["scaled"]
         rows.append([row["d"], raw["var"], math.sqrt(raw["var"]), scaled["var"],
                      raw["max_weight"], scaled["max_weight"], raw["entropy"], scaled["entropy"],
                      raw["jacobian"], scaled["jacobian"]])
-    common.table(rows, ["d", "var q·k", "std q·k", "var q·k/√d", "max w raw", "max w scaled",
-                        "entropy raw", "entropy scaled", "‖J‖_F raw", "‖J‖_F scaled"],
+    common.table(rows, ["d", "var(q·k)", "std(q·k)", "var(q·k/√d)", "max weight, raw",
+                        "max weight, scaled", "entropy raw (nats)", "entropy scaled (nats)",
+                        "‖J‖_F raw", "‖J‖_F scaled"],
                  floatfmt=("g", ".1f", ".2f", ".3f", ".3f", ".3f", ".3f", ".3f", ".3f", ".3f"))
-    common.note("Raw scores: variance ≈ d, the softmax saturates towards one-hot and its Jacobian "
-                "diag(p) − ppᵀ shrinks, so little gradient reaches Q and K. Scaled: the same at every d.")
+    common.note("J = diag(p) − ppᵀ, the softmax's Jacobian (what the gradient to q and k is "
+                "multiplied by); ‖·‖_F its Frobenius norm, the mean over the trials.")
+    rows, first, last = r["rows"], r["rows"][0], r["rows"][-1]
+    ratios = [row["raw"]["var"] / row["d"] for row in rows]
+
+    def spread(kind, key, digits=3):
+        values = [row[kind][key] for row in rows]
+        return f"{min(values):.{digits}f}-{max(values):.{digits}f}"
+
+    def moves(key):
+        before, after = first["raw"][key], last["raw"][key]
+        return f"{'rises' if after > before else 'falls'} {before:.3f} → {after:.3f}"
+
+    common.note(f"Raw scores: var(q·k)/d = {min(ratios):.2f}-{max(ratios):.2f} at every d; from d "
+                f"= {first['d']} to {last['d']} the max weight {moves('max_weight')} (one-hot is "
+                f"1)\nand ‖J‖_F {moves('jacobian')}: little gradient reaches Q and K. Scaled: var "
+                f"{spread('scaled', 'var')}, max weight {spread('scaled', 'max_weight')}, ‖J‖_F "
+                f"{spread('scaled', 'jacobian')} at every d.")
     draw_saturation(r, args.figures)
 
 
@@ -122,31 +159,38 @@ def draw_saturation(r, figures_dir):
         ax.grid(alpha=0.3)
     axes[0].axhline(1 / r["n_keys"], color="grey", lw=0.8, ls=":", label="uniform (1/32)")
     axes[0].legend()
-    fig.suptitle(f"Softmax over {r['n_keys']} keys, {r['trials']} trials: raw scores saturate, scaled do not")
+    fig.suptitle(f"Softmax over {r['n_keys']} keys, {r['trials']} trials: raw scores saturate, "
+                 f"scaled do not")
     fig.tight_layout()
     common.save_figure(fig, "01_softmax_saturation", figures_dir)
 
 
 # ---- Part 3 · §2.3 ------------------------------------------------------------------------------
-def causal_mask(seq_len: int = 5, n_embd: int = 16, n_head: int = 2, n_vocab: int = 10, seed: int = 0) -> dict:
+def causal_mask(seq_len: int = 5, n_embd: int = 16, n_head: int = 2, n_vocab: int = 10,
+                seed: int = 0) -> dict:
     """The causal mask, a random-init DecoderLM's attention weights, and replacing token j.
 
     Replacing token j must leave every output at positions < j bit-identical (0.0 change) and
     change every output at positions ≥ j.
     """
-    tf.set_seed(seed)
-    mask = tf.MultiHeadAttention.create_causal_mask(seq_len).data[0, 0]    # (1, 1, S, S) -> (S, S)
-    model = tf.DecoderLM(n_vocab, n_embd, n_head, n_positions=seq_len, n_layers=2, p_dropout=0.0).eval()
+    transformer.set_seed(seed)
+    # (1, 1, S, S) -> (S, S)
+    mask = transformer.MultiHeadAttention.create_causal_mask(seq_len).data[0, 0]
+    model = transformer.DecoderLM(n_vocab, n_embd, n_head, n_positions=seq_len, n_layers=2,
+                                  p_dropout=0.0).eval()
     ids = np.random.default_rng(seed).integers(0, n_vocab, (1, seq_len))
     with no_grad():
         logits = model(ids).data[0]                                         # (S, V)
-        weights = np.stack([layer.attention.last_attention.data[0] for layer in model.layers])  # (L, h, S, S)
+        # (L, h, S, S)
+        weights = np.stack([layer.attention.last_attention.data[0] for layer in model.layers])
         replaced = []
         for j in range(seq_len):
             other = ids.copy()
             other[0, j] = (ids[0, j] + 1) % n_vocab
-            change = np.abs(model(other).data[0] - logits).max(axis=-1)     # (S,): max |Δ logit| per position
-            replaced.append({"j": j, "old": int(ids[0, j]), "new": int(other[0, j]), "change": change})
+            # (S,): max |Δ logit| per position
+            change = np.abs(model(other).data[0] - logits).max(axis=-1)
+            replaced.append({"j": j, "old": int(ids[0, j]), "new": int(other[0, j]),
+                             "change": change})
     above = np.triu(np.ones((seq_len, seq_len), dtype=bool), k=1)
     return {"mask": mask, "ids": ids[0], "weights": weights,
             "max_weight_above_diagonal": float(np.abs(weights[..., above]).max()),
@@ -162,24 +206,30 @@ def show_causal_mask(args):
     r = causal_mask(seed=args.seed)
     seq_len = len(r["ids"])
     common.header(3, "§2.3", "The causal mask: the decoder cannot see the future")
-    common.note(f"Additive mask (row = query, column = key), {mask_text(tf.MASK_VALUE)} where the key is in "
-                f"the future:")
+    common.note(f"Additive mask (row = query, column = key), {mask_text(transformer.MASK_VALUE)} "
+                f"where the key is in the future:")
     common.table([[i, *map(mask_text, row)] for i, row in enumerate(r["mask"])],
                  ["query \\ key", *range(seq_len)], disable_numparse=True)
+    half = seq_len * (seq_len - 1) // 2
     common.note(f"Position i sees {', '.join(map(str, r['visible_per_row']))} positions; "
-                f"{r['masked']} of {seq_len * seq_len} entries are masked = S(S−1)/2.")
+                f"{r['masked']} of {seq_len * seq_len} entries are masked "
+                f"({'=' if r['masked'] == half else '≠'} S(S−1)/2 = {half}).")
     common.note(f"\nAttention weights of a random-init 2-layer DecoderLM (layer 0, head 0), "
                 f"tokens {r['ids'].tolist()}:")
-    common.table([[i, *row] for i, row in enumerate(r["weights"][0, 0])], ["query \\ key", *range(seq_len)],
+    common.table([[i, *row] for i, row in enumerate(r["weights"][0, 0])],
+                 ["query \\ key", *range(seq_len)],
                  floatfmt=".4f")
-    common.note(f"Largest weight above the diagonal, over every layer and head: {r['max_weight_above_diagonal']!r}")
+    common.note(f"Largest weight above the diagonal, over every layer and head: "
+                f"{r['max_weight_above_diagonal']!r}")
     rows = []
     for rep in r["replaced"]:
         j, change = rep["j"], rep["change"]
-        rows.append([j, f"{rep['old']} → {rep['new']}", repr(float(change[:j].max())) if j else "— (none)",
+        rows.append([j, f"{rep['old']} → {rep['new']}", repr(float(change[:j].max())) if j
+                     else "— (none)",
                      f"{change[j:].min():.3g}", f"{int((change[j:] > 0).sum())} of {seq_len - j}"])
     common.note("\nReplace token j and compare the logits at every position:")
-    common.table(rows, ["j", "token", "max |Δ| at positions < j", "min over positions ≥ j of max |Δ|",
+    common.table(rows,
+                 ["j", "token", "max |Δ| at positions < j", "min over positions ≥ j of max |Δ|",
                         "positions ≥ j changed"], disable_numparse=True)
     draw_causal_weights(r, args.figures)
 
@@ -195,7 +245,8 @@ def draw_causal_weights(r, figures_dir):
                 color="white" if value < 0.6 else "black", fontsize=9)
     ax.set_xlabel("key position")
     ax.set_ylabel("query position")
-    ax.set_title("Causal attention weights (random init)\nabove the diagonal: exactly 0", fontsize=10)
+    ax.set_title("Causal attention weights (random init)\nabove the diagonal: exactly 0",
+                 fontsize=10)
     fig.colorbar(image, ax=ax, fraction=0.046)
     common.save_figure(fig, "01_causal_weights", figures_dir)
 
@@ -205,19 +256,21 @@ POOLINGS = ("no positions", "learned positions", "no positions, causal mask")
 
 
 def permutation(n_embd: int = 16, n_head: int = 2, seed: int = 0) -> dict:
-    """Embedding → one bidirectional TransformerLayer → mean pooling (script 07's encoder), at random init.
+    """Embedding → one bidirectional TransformerLayer → mean pooling (script 07's encoder), at
+    random init.
 
-    pooled[name] = (max |Δ|, ‖Δ‖₂) between the two contrast sentences' pooled vectors: the notes do not say
-    which norm their 0.084 is. causal=False: a causal mask ties each query to its position, so a causal layer
-    is NOT permutation-equivariant (the last row shows it: GPT without position embeddings still sees order).
+    pooled[name] = (max |Δ|, ‖Δ‖₂) between the two contrast sentences' pooled vectors: the notes do
+    not say which norm their 0.084 is. causal=False: a causal mask ties each query to its position,
+    so a causal layer is NOT permutation-equivariant (the last row shows it: GPT without position
+    embeddings still sees order).
     """
     words = sorted(set(" ".join(CONTRAST).split()))
     sentences = [np.array([[words.index(w) for w in s.split()]]) for s in CONTRAST]   # 2 × (1, 9)
     seq_len = sentences[0].shape[1]
-    tf.set_seed(seed)
-    tokens = tf.Embedding(len(words), n_embd)
-    positions = tf.Embedding(seq_len, n_embd)
-    layer = tf.TransformerLayer(n_embd, n_head, p_dropout=0.0, causal=False).eval()
+    transformer.set_seed(seed)
+    tokens = transformer.Embedding(len(words), n_embd)
+    positions = transformer.Embedding(seq_len, n_embd)
+    layer = transformer.TransformerLayer(n_embd, n_head, p_dropout=0.0, causal=False).eval()
 
     def encode(ids, with_positions: bool) -> np.ndarray:
         x = tokens(ids)                                              # (1, S, D)
@@ -227,27 +280,33 @@ def permutation(n_embd: int = 16, n_head: int = 2, seed: int = 0) -> dict:
 
     with no_grad():
         perm = np.random.default_rng(seed).permutation(seq_len)
-        shuffle_error = np.abs(encode(sentences[0][:, perm], False) - encode(sentences[0], False)[perm]).max()
+        shuffle_error = np.abs(encode(sentences[0][:, perm],
+                                      False) - encode(sentences[0], False)[perm]).max()
         pooled = {}
-        for name, with_positions, causal in zip(POOLINGS, (False, True, False), (False, False, True)):
-            layer.attention.causal = causal                          # the same weights, mask on or off
-            a, b = (encode(s, with_positions).mean(axis=0) for s in sentences)   # mean pooling -> (D,)
+        for name, with_positions, causal in zip(POOLINGS, (False, True, False),
+                                                (False, False, True)):
+            # the same weights, mask on or off
+            layer.attention.causal = causal
+            # mean pooling -> (D,)
+            a, b = (encode(s, with_positions).mean(axis=0) for s in sentences)
             pooled[name] = (float(np.abs(a - b).max()), float(np.linalg.norm(a - b)))
         layer.attention.causal = False
     return {"sentences": CONTRAST, "n_tokens": seq_len, "same_words": sorted(CONTRAST[0].split()) ==
-            sorted(CONTRAST[1].split()), "perm": perm, "shuffle_error": float(shuffle_error), "pooled": pooled}
+            sorted(CONTRAST[1].split()), "perm": perm, "shuffle_error": float(shuffle_error),
+            "pooled": pooled}
 
 
 def permutation_over_seeds(seeds=range(10), n_embd: int = 16, n_head: int = 2) -> dict:
-    """permutation() at each seed (a new random init and shuffle each): per pooling and norm, the values over
-    the seeds with their median and range, and the largest shuffle error."""
+    """permutation() at each seed (a new random init and shuffle each): per pooling and norm, the
+    values over the seeds with their median and range, and the largest shuffle error."""
     runs = [permutation(n_embd, n_head, seed) for seed in seeds]
     spread = {}
     for name in POOLINGS:
         for i, norm in enumerate(("max", "l2")):
             values = [run["pooled"][name][i] for run in runs]
-            spread[name, norm] = dict(values=values, median=float(np.median(values)), min=min(values), max=max(values))
-    return {"seeds": list(seeds), "runs": runs, "spread": spread,
+            spread[name, norm] = dict(values=values, median=float(np.median(values)),
+                                      min=min(values), max=max(values))
+    return {"seeds": list(seeds), "n_embd": n_embd, "runs": runs, "spread": spread,
             "shuffle_error": max(run["shuffle_error"] for run in runs)}
 
 
@@ -259,34 +318,43 @@ def show_permutation(args):
     r = permutation_over_seeds(seeds)
     first, n, spread = r["runs"][0], len(r["seeds"]), r["spread"]
     common.header(4, "§2.4", "Without positions attention is permutation-equivariant")
-    common.note(f"Embedding (d = 16) → one bidirectional Transformer layer (random init), {first['n_tokens']} tokens; "
-                f"seed {args.seed} shuffles them by {first['perm'].tolist()}:")
-    # which of many rounding-level differences is the largest, and so its digits, depends on the BLAS kernels
-    common.kernel_note(f"max |layer(shuffled x) − shuffled layer(x)| = {first['shuffle_error']:.1e} "
-                       f"(the largest over {n} seeds: {r['shuffle_error']:.1e})")
-    common.note(f"\nMean-pooled representations of “{first['sentences'][0]}” and\n“{first['sentences'][1]}” "
-                f"({first['n_tokens']} tokens each, the same words: {first['same_words']}); Δ = their difference; "
-                f"{n} seeds, {r['seeds'][0]}-{r['seeds'][-1]}.")
+    common.note(f"Embedding (d = {r['n_embd']}) → one bidirectional Transformer layer (random "
+                f"init), {first['n_tokens']} tokens; seed {args.seed} shuffles them by "
+                f"{first['perm'].tolist()}:")
+    # which of many rounding-level differences is the largest, and so its digits, depends on the
+    # BLAS kernels
+    common.kernel_note(f"max |layer(shuffled x) − shuffled layer(x)| = "
+                       f"{first['shuffle_error']:.1e} (the largest over {n} seeds: "
+                       f"{r['shuffle_error']:.1e})")
+    common.note(f"\nMean-pooled representations of “{first['sentences'][0]}” "
+                f"and\n“{first['sentences'][1]}” ({first['n_tokens']} tokens each, the same words: "
+                f"{first['same_words']}); Δ = their difference; {n} seeds, "
+                f"{r['seeds'][0]}-{r['seeds'][-1]}.")
     rounding = sum(max(run["pooled"]["no positions"]) <= ROUNDING for run in r["runs"])
-    common.note(f"No positions: max |Δ| and ‖Δ‖₂ ≤ {ROUNDING:.0e} on {rounding} of {n} seeds, rounding: "
-                "the same words, summed in another order.")
-    common.kernel_note(f"no positions, the largest over the seeds: max |Δ| {spread['no positions', 'max']['max']:.1e}, "
-                       f"‖Δ‖₂ {spread['no positions', 'l2']['max']:.1e}")
+    common.note(f"No positions: max |Δ| and ‖Δ‖₂ ≤ {ROUNDING:.0e} on {rounding} of {n} seeds, "
+                f"rounding: the same words, summed in another order.")
+    common.kernel_note(f"no positions, the largest over the seeds: max |Δ| "
+                       f"{spread['no positions', 'max']['max']:.1e}, ‖Δ‖₂ "
+                       f"{spread['no positions', 'l2']['max']:.1e}")
     rows = []
     for name in POOLINGS[1:]:
         row = [name]
         for i, norm in enumerate(("max", "l2")):
             s = spread[name, norm]
-            row += [f"{first['pooled'][name][i]:.3f}", f"{s['median']:.3f}", f"{s['min']:.3f} to {s['max']:.3f}"]
+            row += [f"{first['pooled'][name][i]:.3f}", f"{s['median']:.3f}",
+                    f"{s['min']:.3f} to {s['max']:.3f}"]
         rows.append(row)
-    common.table(rows, ["model", f"max |Δ|, seed {args.seed}", "median", "range over seeds",
-                        f"‖Δ‖₂, seed {args.seed}", "median", "range over seeds"], disable_numparse=True)
-    inside = lambda norm: ("inside" if spread["learned positions", norm]["min"] <= NOTES_WITH_POSITIONS
+    common.table(rows, ["model", f"max |Δ|, seed {args.seed}", "max |Δ|, median",
+                        "max |Δ|, range over seeds", f"‖Δ‖₂, seed {args.seed}", "‖Δ‖₂, median",
+                        "‖Δ‖₂, range over seeds"],
+                 disable_numparse=True)
+    inside = lambda norm: ("inside" if spread["learned positions",
+                                              norm]["min"] <= NOTES_WITH_POSITIONS
                            <= spread["learned positions", norm]["max"] else "outside")
-    common.note(f"The notes' {NOTES_WITH_POSITIONS} with positions (norm not named) is {inside('max')} the range of "
-                f"max |Δ| and {inside('l2')} that of ‖Δ‖₂.\n"
-                "Without positions the two sentences are one bag of words; position embeddings tell them apart.\n"
-                "A causal mask also breaks the symmetry: a position sees only its prefix.")
+    common.note(f"The notes' {NOTES_WITH_POSITIONS} with positions (norm not named) is "
+                f"{inside('max')} the range of max |Δ| and {inside('l2')} that of ‖Δ‖₂.\nWithout "
+                f"positions the two sentences are one bag of words; position embeddings tell them "
+                f"apart.\nA causal mask also breaks the symmetry: a position sees only its prefix.")
 
 
 # ---- Part 5 · §1.2 ------------------------------------------------------------------------------
@@ -295,24 +363,27 @@ def rnn_vs_attention(d: int = 512, lengths=(128, 512, 1024, 2048, 4096, 8192), t
     """Per-token FLOPs (matmuls only, 2 per multiply-add), serial steps and path length; arithmetic
     intensity; measured GFLOP/s.
 
-    RNN step h_t = tanh(W [h_{t−1}; x_t]), W of size d × 2d: 4d² FLOPs, one mat-vec, n steps one after
-    another. Attention layer: Q, K, V, O projections 8d², scores QKᵀ and weights·V 4nd, one pass.
-    Arithmetic intensity = FLOPs / bytes moved, each matmul reading its operands once and writing its
-    result once (elements of `dtype`): the RNN step reads W (2d²) and [h; x] (2d), writes h (d); the
-    attention layer over n tokens moves 4d² weights, 10nd activations (x and q, k, v, the mixed values,
-    the output, in and out of the four projections and the two attention matmuls) and 2n² scores.
+    RNN step h_t = tanh(W [h_{t−1}; x_t]), W of size d × 2d: 4d² FLOPs, one mat-vec, n steps one
+    after another. Attention layer: Q, K, V, O projections 8d², scores QKᵀ and weights·V 4nd, one
+    pass. Arithmetic intensity = FLOPs / bytes moved, each matmul reading its operands once and
+    writing its result once (elements of `dtype`): the RNN step reads W (2d²) and [h; x] (2d),
+    writes h (d); the attention layer over n tokens moves 4d² weights, 10nd activations (x and q, k,
+    v, the mixed values, the output, in and out of the four projections and the two attention
+    matmuls) and 2n² scores.
     """
     size = np.dtype(dtype).itemsize
     rows = [{"n": n, "rnn": 4 * d * d, "attention": 8 * d * d + 4 * n * d,
              "ratio": (8 * d * d + 4 * n * d) / (4 * d * d), "rnn_steps": n, "attention_steps": 1,
              "rnn_path": n, "attention_path": 1} for n in lengths]
-    rnn_step = {"flops": 4 * d * d, "weight_bytes": 2 * d * d * size, "bytes": (2 * d * d + 3 * d) * size}
+    rnn_step = {"flops": 4 * d * d, "weight_bytes": 2 * d * d * size,
+                "bytes": (2 * d * d + 3 * d) * size}
     rnn_step["intensity"] = rnn_step["flops"] / rnn_step["bytes"]
     intensity = []
     for n in lengths:
         flops, moved = (8 * d * d + 4 * n * d) * n, (4 * d * d + 10 * n * d + 2 * n * n) * size
         intensity.append({"n": n, "flops": flops, "bytes": moved, "attention": flops / moved,
-                          "rnn": rnn_step["intensity"], "ratio": flops / moved / rnn_step["intensity"]})
+                          "rnn": rnn_step["intensity"],
+                          "ratio": flops / moved / rnn_step["intensity"]})
     rng = np.random.default_rng(seed)
     w_rnn = (rng.standard_normal((d, 2 * d)) / math.sqrt(2 * d)).astype(dtype)
     w_qkv = (rng.standard_normal((d, 3 * d)) / math.sqrt(d)).astype(dtype)
@@ -335,7 +406,8 @@ def rnn_vs_attention(d: int = 512, lengths=(128, 512, 1024, 2048, 4096, 8192), t
     for n in timed:
         x = rng.standard_normal((n, d)).astype(dtype)
         row = {"n": n}
-        for name, fn, flops in (("rnn", rnn, 4 * d * d * n), ("attention", attention, (8 * d * d + 4 * n * d) * n)):
+        for name, fn, flops in (("rnn", rnn, 4 * d * d * n),
+                                ("attention", attention, (8 * d * d + 4 * n * d) * n)):
             best = math.inf
             for _ in range(repeats):
                 with common.stopwatch() as elapsed:
@@ -343,34 +415,46 @@ def rnn_vs_attention(d: int = 512, lengths=(128, 512, 1024, 2048, 4096, 8192), t
                 best = min(best, elapsed())
             row[name] = {"seconds": best, "gflops": flops / best / 1e9}
         timings.append(row)
-    return {"d": d, "dtype": np.dtype(dtype).name, "itemsize": size, "rows": rows, "rnn_step": rnn_step,
+    return {"d": d, "dtype": np.dtype(dtype).name, "itemsize": size, "rows": rows,
+            "rnn_step": rnn_step,
+            "projections": 8 * d * d, "projections_over_rnn": 8 * d * d / (4 * d * d),
             "intensity": intensity, "timings": timings}
 
 
 def show_rnn_vs_attention(args):
     r = rnn_vs_attention(timed=(256,) if args.quick else (512, 1024), repeats=3,
                          seed=args.seed)
-    d, step = r["d"], r["rnn_step"]
+    d, step, rows = r["d"], r["rnn_step"], r["rows"]
     common.header(5, "§1.2", f"RNN vs attention, d = {d}")
     common.table([[row["n"], row["rnn"], row["attention"], row["rnn_steps"], row["attention_steps"],
-                   row["rnn_path"], row["attention_path"], row["ratio"]] for row in r["rows"]],
-                 ["n", "RNN FLOPs/token 4d²", "attention FLOPs/token 8d²+4nd", "serial steps RNN", "attention",
-                  "path 1st→last RNN", "attention", "attention / RNN FLOPs 2 + n/d"],
+                   row["rnn_path"], row["attention_path"], row["ratio"]] for row in rows],
+                 ["n (tokens)", "RNN FLOPs/token (4d²)", "attention FLOPs/token (8d²+4nd)",
+                  "serial steps: RNN", "serial steps: attention",
+                  "path first→last token: RNN (steps)",
+                  "path: attention (steps)", "FLOPs/token, attention / RNN (2 + n/d)"],
                  floatfmt=("g", ",", ",", "g", "g", "g", "g", ".2f"), intfmt=",")
-    common.note("Look at the last column: attention saves no FLOPs. Its four projections alone are 2× the RNN's two "
-                "d×d matrices,\nand long sequences cost more.")
-    common.note(f"\nArithmetic intensity ({r['dtype']}, {r['itemsize']} bytes an element): FLOPs per byte the "
-                f"matmuls read and write.\nAn RNN step is one ({d}, {2 * d}) mat-vec: {step['flops']:,} FLOPs (4d²) "
-                f"on {step['weight_bytes']:,} bytes of weights ({2 * r['itemsize']}d²)\nplus 3d vector elements: "
-                f"{step['intensity']:.2f} FLOP/byte at every n, order 1 (the notes' \"about 1\").")
+    cheaper = [row["n"] for row in rows if row["ratio"] < 1]
+    verdict = ("attention saves no FLOPs at any n here" if not cheaper
+               else f"attention costs fewer FLOPs at n = {', '.join(map(str, cheaper))}")
+    common.note(f"Look at the last column: {verdict}. Its four projections alone, 8d² = "
+                f"{r['projections']:,} FLOPs/token, are {r['projections_over_rnn']:g}× the RNN's "
+                f"4d² (notes: 2×),\nand the ratio grows with n: {rows[0]['ratio']:.2f} at n = "
+                f"{rows[0]['n']:,}, {rows[-1]['ratio']:.2f} at n = {rows[-1]['n']:,}.")
+    common.note(f"\nArithmetic intensity ({r['dtype']}, {r['itemsize']} bytes an element): FLOPs "
+                f"per byte the matmuls read and write.\nAn RNN step is one ({d}, {2 * d}) mat-vec: "
+                f"{step['flops']:,} FLOPs (4d²) on {step['weight_bytes']:,} bytes of weights "
+                f"({2 * r['itemsize']}d²)\nplus 3d vector elements: {step['intensity']:.2f} "
+                f"FLOP/byte at every n, order 1 (the notes' \"about 1\").")
     common.table([[row["n"], row["flops"], row["bytes"], row["attention"], row["rnn"], row["ratio"]]
                   for row in r["intensity"]],
-                 ["n", "attention layer FLOPs (8d²+4nd)·n", f"bytes {r['itemsize']}·(4d²+10nd+2n²)",
-                  "attention FLOP/byte", "RNN step FLOP/byte", "attention / RNN"],
+                 ["n (tokens)", "attention layer FLOPs, (8d²+4nd)·n",
+                  f"bytes moved, {r['itemsize']}·(4d²+10nd+2n²)",
+                  "attention (FLOP/byte)", "RNN step (FLOP/byte)",
+                  "intensity, attention / RNN (×)"],
                  floatfmt=("g", ",", ",", ".0f", ".2f", ".0f"), intfmt=",")
-    common.note("A mat-vec uses each weight it fetches once, so memory bandwidth bounds it; attention's big matmuls "
-                "reuse each weight\nn times, and it runs them in one pass instead of n dependent mat-vecs "
-                f"({r['dtype']}, numpy BLAS, one thread each):")
+    common.note(f"A mat-vec uses each weight it fetches once, so memory bandwidth bounds it; "
+                f"attention's big matmuls reuse each weight\nn times, and it runs them in one pass "
+                f"instead of n dependent mat-vecs ({r['dtype']}, numpy BLAS, one thread each):")
     for row in r["timings"]:
         rnn, att = row["rnn"], row["attention"]
         common.timing(f"n = {row['n']}: RNN {rnn['gflops']:.1f} GFLOP/s ({row['n']} mat-vecs, "

@@ -2,12 +2,11 @@
 
 Serves the lecture-6 notes §8.1 (where the parameters are, part 1), §8.2 (FLOPs per token against
 PyTorch's FLOP counter, part 2), §8.3 (n = 6d, part 3; the activations a layer saves for backward,
-without and with dropout, part 4; the attention core's share of a layer's time, part 5) and §5.1 (the FFN's 2/3), plus
-exercises 5, 6 and 10. Beyond the notes, part 6 continues §8.3: with a flash-attention core (tensor.py's, and
-torch's scaled_dot_product_attention) the h × S × S term leaves the activations saved for backward.
-Models are torch_ref.py's modules: built on the meta device to count (shapes only, nothing allocated), cast
-to float32 to measure. Runtime: about 11 s of CPU time (2-core machine; 13 s with the figures), a third of
-it importing torch and the torch._dynamo that FlopCounterMode pulls in; part 6 adds about 1.5 s.
+without and with dropout, part 4; the attention core's share of a layer's time, part 5) and §5.1
+(the FFN's 2/3), plus exercises 5, 6 and 10. Beyond the notes, part 6 continues §8.3: with a
+flash-attention core (tensor.py's, and torch's scaled_dot_product_attention) the h × S × S
+term leaves the activations saved for backward. Models are torch_ref.py's modules: built on the
+meta device to count (shapes only, nothing allocated), cast to float32 to measure.
 
     python code/lecture06/06_costs.py [--part N] [--seed S] [--quick] [--no-figures]
 """
@@ -29,7 +28,8 @@ import torch_ref
 import transformer
 from threads import torch_threads
 
-GPT2_SMALL = dict(n_vocab=50257, n_embd=768, n_head=12, n_positions=1024, n_layers=12, tie_weights=True)
+GPT2_SMALL = dict(n_vocab=50257, n_embd=768, n_head=12, n_positions=1024, n_layers=12,
+                  tie_weights=True)
 SIZES = {"GPT-2 small": GPT2_SMALL,
          "GPT-2 medium": dict(GPT2_SMALL, n_embd=1024, n_head=16, n_layers=24),
          "GPT-2 large": dict(GPT2_SMALL, n_embd=1280, n_head=20, n_layers=36)}
@@ -38,13 +38,15 @@ GIB, MIB = 2 ** 30, 2 ** 20
 
 
 def meta_model(n_vocab, n_embd, n_head, n_positions, n_layers, tie_weights=True, **kwargs):
-    """torch_ref.DecoderLM with shapes only (meta device): instant at any size, nothing allocated."""
+    """torch_ref.DecoderLM with shapes only (meta device): instant at any size, nothing
+    allocated."""
     with torch.device("meta"):
-        return torch_ref.DecoderLM(n_vocab, n_embd, n_head, n_positions, n_layers, tie_weights=tie_weights,
+        return torch_ref.DecoderLM(n_vocab, n_embd, n_head, n_positions, n_layers,
+                                   tie_weights=tie_weights,
                                    **kwargs)
 
 
-# ---- Part 1 · §8.1 where the parameters are ---------------------------------------------------------
+# ---- Part 1 · §8.1 where the parameters are ------------------------------------------------------
 PARAM_TERMS = {  # term -> its formula, as printed
     "token embeddings (wte)": "V·d",
     "position embeddings (wpe)": "n_ctx·d",
@@ -56,14 +58,17 @@ PARAM_TERMS = {  # term -> its formula, as printed
 }
 
 
-def parameter_formula(n_vocab, n_embd, n_head, n_positions, n_layers=4, p_dropout=0.1, ln_eps=1e-5, bias=True,
-                      pre_ln=True, causal=True, tie_weights=False, positions="learned", middle_dim=None) -> dict:
+def parameter_formula(n_vocab, n_embd, n_head, n_positions, n_layers=4, p_dropout=0.1, ln_eps=1e-5,
+                      bias=True,
+                      pre_ln=True, causal=True, tie_weights=False, positions="learned",
+                      middle_dim=None) -> dict:
     """Parameters term by term, for exactly DecoderLM's arguments and defaults, so that a model and
     its formula cannot be built from different settings (n_head, p_dropout, ln_eps and causal change
     no count). m = FFN width, 4d by default; biases on every Linear if bias; a position table only
     for learned positions; the final LayerNorm only for Pre-LN (a Post-LN stack ends in one)."""
     d, m, b = n_embd, 4 * n_embd if middle_dim is None else middle_dim, int(bias)
-    terms = [n_vocab * d, n_positions * d if positions == "learned" else 0, n_layers * (4 * d * d + 4 * d * b),
+    terms = [n_vocab * d, n_positions * d if positions == "learned" else 0,
+             n_layers * (4 * d * d + 4 * d * b),
              n_layers * (2 * d * m + (m + d) * b), n_layers * 4 * d, 2 * d if pre_ln else 0,
              0 if tie_weights else n_vocab * d]
     return dict(zip(PARAM_TERMS, terms))
@@ -73,13 +78,16 @@ def _param_term(name: str) -> str:
     """torch_ref.DecoderLM parameter name -> the formula's term."""
     parts = name.split(".")
     if parts[0] == "layers":
-        return {"attention": "attention (all layers)", "ff": "FFN (all layers)"}.get(parts[2], "layer LayerNorms")
-    return {"token_embeddings": "token embeddings (wte)", "position_embeddings": "position embeddings (wpe)",
+        return {"attention": "attention (all layers)",
+                "ff": "FFN (all layers)"}.get(parts[2], "layer LayerNorms")
+    return {"token_embeddings": "token embeddings (wte)",
+            "position_embeddings": "position embeddings (wpe)",
             "ln": "final LayerNorm", "lm_head": "output head"}[parts[0]]
 
 
 def count_parameters(model) -> dict:
-    """The module's own parameter count, grouped by the formula's terms (a tied matrix counts once)."""
+    """The module's own parameter count, grouped by the formula's terms (a tied matrix counts
+    once)."""
     counts = Counter({term: 0 for term in PARAM_TERMS})
     for name, p in model.named_parameters():
         counts[_param_term(name)] += p.numel()
@@ -87,16 +95,22 @@ def count_parameters(model) -> dict:
 
 
 def layer_parameters(n_embd: int, n_head: int, **_) -> dict:
-    """One layer (with biases, FFN 4d) counted from torch_ref.TransformerLayer, next to 12d²."""
-    with torch.device("meta"):
-        layer = torch_ref.TransformerLayer(n_embd, n_head)
-    count = Counter()
-    for name, p in layer.named_parameters():
-        count[name.split(".")[0]] += p.numel()
+    """One layer (with biases, FFN 4d) counted from torch_ref.TransformerLayer, next to 12d²; and
+    the FFN's share of the matrices alone, counted from the same layer built without biases."""
+    def counted(bias: bool) -> Counter:
+        with torch.device("meta"):
+            layer = torch_ref.TransformerLayer(n_embd, n_head, bias=bias)
+        count = Counter()
+        for name, p in layer.named_parameters():
+            count[name.split(".")[0]] += p.numel()
+        return count
+
+    count, matrices = counted(bias=True), counted(bias=False)
     total = sum(count.values())
-    return dict(d=n_embd, attention=count["attention"], ffn=count["ff"], ln=count["ln_1"] + count["ln_2"],
+    return dict(d=n_embd, attention=count["attention"], ffn=count["ff"],
+                ln=count["ln_1"] + count["ln_2"],
                 total=total, twelve_d2=12 * n_embd ** 2, ffn_share=count["ff"] / total,
-                ffn_share_no_bias=8 * n_embd ** 2 / (12 * n_embd ** 2))
+                ffn_share_no_bias=matrices["ff"] / (matrices["ff"] + matrices["attention"]))
 
 
 def parameters(sizes=SIZES) -> dict:
@@ -111,7 +125,8 @@ def parameters(sizes=SIZES) -> dict:
 
 def show_parameters(args):
     r = parameters()
-    common.header(1, "§8.1", "Parameters: the formula against the modules' own count (torch_ref on meta)")
+    common.header(1, "§8.1",
+                  "Parameters: the formula against the modules' own count (torch_ref on meta)")
     small = r["models"]["GPT-2 small"]
     cfg = small["cfg"]
     print(f"GPT-2 small: d = {cfg['n_embd']}, L = {cfg['n_layers']}, V = {cfg['n_vocab']}, "
@@ -121,37 +136,51 @@ def show_parameters(args):
                   for term, expr in PARAM_TERMS.items()]
                  + [["total", "", f"{small['formula_total']:,}", f"{small['total']:,}",
                      "yes" if small["formula_total"] == small["total"] else "NO"]],
-                 headers=["term", "formula", "formula", "module count", "equal"], disable_numparse=True)
+                 headers=["term", "formula", "by formula (parameters)", "module count (parameters)",
+                          "equal"],
+                 disable_numparse=True)
     print()
-    common.table([[name, m["cfg"]["n_embd"], m["cfg"]["n_layers"], f"{m['formula_total']:,}", f"{m['total']:,}",
-                   "yes" if m["formula"] == m["counted"] else "NO"] for name, m in r["models"].items()],
-                 headers=["model", "d", "L", "formula", "module count", "every term equal"], disable_numparse=True)
+    common.table([[name, m["cfg"]["n_embd"], m["cfg"]["n_layers"], f"{m['formula_total']:,}",
+                   f"{m['total']:,}",
+                   "yes" if m["formula"] == m["counted"] else "NO"] for name, m
+                  in r["models"].items()],
+                 headers=["model", "d", "layers L", "by formula (parameters)",
+                          "module count (parameters)",
+                          "every term equal"], disable_numparse=True)
     print()
-    common.table([[lay["d"], f"{lay['attention']:,}", f"{lay['ffn']:,}", f"{lay['ln']:,}", f"{lay['total']:,}",
-                   f"{lay['twelve_d2']:,}", f"{100 * lay['ffn_share']:.2f}%", f"{lay['ffn_share_no_bias']:.4f}"]
+    common.table([[lay["d"], f"{lay['attention']:,}", f"{lay['ffn']:,}", f"{lay['ln']:,}",
+                   f"{lay['total']:,}",
+                   f"{lay['twelve_d2']:,}", f"{100 * lay['ffn_share']:.2f}%",
+                   f"{lay['ffn_share_no_bias']:.4f}"]
                   for lay in r["layers"]],
-                 headers=["one layer, d", "attention 4d²+4d", "FFN 8d²+5d", "2 LayerNorms 4d", "total",
-                          "12d²", "FFN share", "8d²/12d²"], disable_numparse=True)
-    print("the FFN holds 2/3 of a layer; d = 1024 is exercise 5")
+                 headers=["one layer, d", "attention 4d²+4d", "FFN 8d²+5d", "2 LayerNorms 4d",
+                          "total (parameters)", "12d²", "FFN share (with biases)",
+                          "FFN share of the matrices, 8d²/12d²"], disable_numparse=True)
+    shares = [lay["ffn_share"] for lay in r["layers"]]
+    print(f"the FFN holds {100 * min(shares):.2f}-{100 * max(shares):.2f}% of a layer's "
+          f"parameters, {r['layers'][0]['ffn_share_no_bias']:.4f} of the matrices alone (notes: "
+          f"2/3); d = 1024 is exercise 5")
 
 
-# ---- Part 2 · §8.2 FLOPs per token ------------------------------------------------------------------
+# ---- Part 2 · §8.2 FLOPs per token ---------------------------------------------------------------
 FLOP_TERMS = ["QKV projections", "W_O", "attention (QKᵀ, AV)", "FFN", "output layer"]
 
 
-def flop_formula(n_embd, seq_len, n_layers=1, n_vocab=0, middle_dim=None, ffn_matrices=2, **_) -> dict:
+def flop_formula(n_embd, seq_len, n_layers=1, n_vocab=0, middle_dim=None, ffn_matrices=2,
+                 **_) -> dict:
     """Matmul FLOPs (2 per multiply-add) of one forward over a sequence of seq_len tokens.
     Per layer 24·S·d² + 4·S²·d with m = 4d; plus 2·S·d·V for the output layer."""
     S, d, L = seq_len, n_embd, n_layers
     m = middle_dim or 4 * d
-    terms = [L * 6 * S * d * d, L * 2 * S * d * d, L * 4 * S * S * d, L * ffn_matrices * 2 * S * d * m,
+    terms = [L * 6 * S * d * d, L * 2 * S * d * d, L * 4 * S * S * d,
+             L * ffn_matrices * 2 * S * d * m,
              2 * S * d * n_vocab]
     return dict(zip(FLOP_TERMS, terms))
 
 
 def count_flops(model, seq_len: int) -> dict:
-    """torch.utils.flop_counter.FlopCounterMode over one forward on the meta device, attributed to the
-    formula's terms through the module names the counter reports."""
+    """torch.utils.flop_counter.FlopCounterMode over one forward on the meta device, attributed to
+    the formula's terms through the module names the counter reports."""
     counter = FlopCounterMode(display=False)
     with torch.device("meta"), counter:
         if isinstance(model, torch_ref.DecoderLM):
@@ -169,9 +198,11 @@ def count_flops(model, seq_len: int) -> dict:
         elif last == "ff":
             terms["FFN"] += n
         elif last == "attention":  # what the attention module does outside its four projections
-            terms["attention (QKᵀ, AV)"] += n - sum(flops[f"{name}.{p}_projection"] for p in ("q", "k", "v", "out"))
+            terms["attention (QKᵀ, AV)"] += n - sum(flops[f"{name}.{p}_projection"] for p
+                                                    in ("q", "k", "v", "out"))
     root = type(model).__name__
-    layers = sum(n for name, n in flops.items() if name.count(".") == 2 and name.startswith(f"{root}.layers."))
+    layers = sum(n for name, n in flops.items() if name.count(".") == 2
+                 and name.startswith(f"{root}.layers."))
     terms["output layer"] = flops[root] - layers if isinstance(model, torch_ref.DecoderLM) else 0
     terms["total (counter)"] = counter.get_total_flops()
     return terms
@@ -182,27 +213,47 @@ def flops_per_token(cfg=GPT2_SMALL, seq_len: int = 1024) -> dict:
     counted = count_flops(meta_model(**cfg), seq_len)
     total = sum(formula.values())
     n_params = sum(parameter_formula(**cfg).values())
+    # the weights a matmul multiplies: no biases, LayerNorms or position table (added, not
+    # multiplied)
+    unbiased = parameter_formula(**dict(cfg, bias=False))
+    matmul_weights = sum(unbiased[term] for term in ("token embeddings (wte)",
+                                                     "attention (all layers)",
+                                                     "FFN (all layers)", "output head"))
+    attention_per_token = formula["attention (QKᵀ, AV)"] / seq_len
     return dict(seq_len=seq_len, formula=formula, counted=counted, total=total,
                 counted_total=counted["total (counter)"], per_token=total / seq_len,
-                shares={k: v / total for k, v in formula.items()}, n_params=n_params, two_n=2 * n_params)
+                shares={k: v / total for k, v in formula.items()}, n_params=n_params,
+                two_n=2 * n_params,
+                matmul_weights=matmul_weights, attention_per_token=attention_per_token)
 
 
 def show_flops(args):
     r = flops_per_token()
     n = r["seq_len"]
-    common.header(2, "§8.2", f"FLOPs per token, GPT-2 small at n = {n}: formula against FlopCounterMode")
+    common.header(2, "§8.2",
+                  f"FLOPs per token, GPT-2 small at n = {n}: formula against FlopCounterMode")
     expressions = ["6·S·d²·L", "2·S·d²·L", "4·S²·d·L", "16·S·d²·L", "2·S·d·V"]
     common.table([[term, expr, f"{r['formula'][term]:,}", f"{r['counted'][term]:,}",
                    "yes" if r["formula"][term] == r["counted"][term] else "NO",
                    f"{r['formula'][term] / n / 1e6:.1f}", f"{100 * r['shares'][term]:.1f}%"]
                   for term, expr in zip(FLOP_TERMS, expressions)]
                  + [["total", "", f"{r['total']:,}", f"{r['counted_total']:,}",
-                     "yes" if r["total"] == r["counted_total"] else "NO", f"{r['per_token'] / 1e6:.1f}", "100%"]],
-                 headers=["term", "formula", "formula FLOPs", "counter FLOPs", "equal", "MFLOPs/token", "share"],
+                     "yes" if r["total"] == r["counted_total"] else "NO",
+                     f"{r['per_token'] / 1e6:.1f}", "100%"]],
+                 headers=["term", "formula", "formula FLOPs", "counter FLOPs", "equal",
+                          "MFLOPs/token", "share"],
                  disable_numparse=True)
-    print("(the counter counts 2 FLOPs per multiply-add and matmuls only; the notes' four shares leave out W_O)")
-    print(f"2N = 2 × {r['n_params']:,} = {r['two_n'] / 1e6:.1f} MFLOPs/token against {r['per_token'] / 1e6:.1f}: "
-          f"one multiply-add per weight per token, plus attention, minus the embedding tables")
+    four = sum(r["shares"][term] for term in FLOP_TERMS if term != "W_O")
+    print(f"(the counter counts 2 FLOPs per multiply-add and matmuls only; the notes' four shares, "
+          f"QKV, attention, FFN and output layer, add up to {100 * four:.1f}%: they leave out "
+          f"W_O's {100 * r['shares']['W_O']:.1f}%)")
+    rebuilt = 2 * r["matmul_weights"] + r["attention_per_token"]
+    print(f"2N = 2 × {r['n_params']:,} = {r['two_n'] / 1e6:.1f} MFLOPs/token against "
+          f"{r['per_token'] / 1e6:.1f}: one multiply-add per token for each of the "
+          f"{r['matmul_weights']:,} weights\na matmul multiplies (N without the position table, "
+          f"the biases and the LayerNorms: {2 * r['matmul_weights'] / 1e6:.1f}) plus attention's "
+          f"QKᵀ and AV (4·S·d·L: {r['attention_per_token'] / 1e6:.1f}) = {rebuilt / 1e6:.1f} "
+          f"({'equal' if rebuilt == r['per_token'] else 'NOT equal'} to the total)")
     draw_flops_vs_n(args.figures)
 
 
@@ -210,18 +261,21 @@ def show_flops(args):
 def draw_flops_vs_n(figures_dir, cfg=GPT2_SMALL):
     import matplotlib.pyplot as plt
     ns = 2 ** np.arange(6, 17)
-    per_token = np.array([[v / n / 1e6 for v in flop_formula(seq_len=int(n), **cfg).values()] for n in ns])
+    per_token = np.array([[v / n / 1e6 for v in flop_formula(seq_len=int(n),
+                                                             **cfg).values()] for n in ns])
     fig, (ax, ax_share) = plt.subplots(1, 2, figsize=(11, 4))
     colours = ["#4c72b0", "#8172b3", "#c44e52", "#55a868", "#ccb974"]
     ax.stackplot(ns, per_token.T, labels=FLOP_TERMS, colors=colours, alpha=0.9)
-    ax_share.stackplot(ns, 100 * (per_token / per_token.sum(1, keepdims=True)).T, colors=colours, alpha=0.9)
+    ax_share.stackplot(ns, 100 * (per_token / per_token.sum(1, keepdims=True)).T, colors=colours,
+                       alpha=0.9)
     for a in (ax, ax_share):
         a.set_xscale("log", base=2)
         a.set_xlabel("sequence length n")
         a.axvline(6 * cfg["n_embd"], color="black", lw=1, ls="--")
         a.axvline(cfg["n_positions"], color="grey", lw=1, ls=":")
     ax.text(6 * cfg["n_embd"] * 1.1, per_token.sum(1).max() * 0.9, "n = 6d", fontsize=8)
-    ax.text(cfg["n_positions"] * 1.1, per_token.sum(1).max() * 0.8, "GPT-2's context", fontsize=8, color="grey")
+    ax.text(cfg["n_positions"] * 1.1, per_token.sum(1).max() * 0.8, "GPT-2's context", fontsize=8,
+            color="grey")
     ax.set_ylabel("MFLOPs per token")
     ax_share.set_ylabel("share of the forward's FLOPs (%)")
     ax_share.set_ylim(0, 100)
@@ -232,63 +286,71 @@ def draw_flops_vs_n(figures_dir, cfg=GPT2_SMALL):
     common.save_figure(fig, "06_flops_vs_n", figures_dir)
 
 
-# ---- Part 3 · §8.3 where n² takes over -----------------------------------------------------------------
+# ---- Part 3 · §8.3 where n² takes over -----------------------------------------------------------
 def _attention_share(flops: dict) -> float:
     layer = sum(v for k, v in flops.items() if k in FLOP_TERMS[:4])
     return flops["attention (QKᵀ, AV)"] / layer
 
 
 def crossover(models=(("GPT-2 small", 768, 12), ("LLaMA-7B", 4096, 32))) -> list[dict]:
-    """n where a layer's attention matmuls (4·n·d per token) equal the rest (24·d² per token), from the
-    formula; the counter checks it on one torch_ref layer (meta) at that n (exercise 6)."""
+    """n where a layer's attention matmuls (4·n·d per token) equal the rest (24·d² per token), from
+    the formula; the counter checks it on one torch_ref layer (meta) at that n (exercise 6)."""
     rows = []
     for name, d, h in models:
         per_token = flop_formula(n_embd=d, seq_len=1)
-        n_star = (per_token["QKV projections"] + per_token["W_O"] + per_token["FFN"]) // (4 * d)  # 24d² / 4d
+        # 24d² / 4d
+        n_star = (per_token["QKV projections"] + per_token["W_O"] + per_token["FFN"]) // (4 * d)
         with torch.device("meta"):
             layer = torch_ref.TransformerLayer(d, h, bias=False)
         counted = count_flops(layer, n_star)
         rest = counted["QKV projections"] + counted["W_O"] + counted["FFN"]
-        rows.append(dict(model=name, d=d, n_star=n_star, attention_per_token=counted["attention (QKᵀ, AV)"] / n_star,
+        rows.append(dict(model=name, d=d, n_star=n_star,
+                         attention_per_token=counted["attention (QKᵀ, AV)"] / n_star,
                          rest_per_token=rest / n_star))
     return rows
 
 
 def llama_attention_share(seq_lens=(2048, 32768, 131072), cfg=LLAMA_7B) -> list[dict]:
-    """Attention's share of a LLaMA-7B layer's FLOPs: the notes' 24d² model (FFN 4d, two matrices; the
-    counter checks it on a torch_ref layer on meta) and the real SwiGLU FFN (three d × 11008 matrices)."""
+    """Attention's share of a LLaMA-7B layer's FLOPs: the notes' 24d² model (FFN 4d, two matrices;
+    the counter checks it on a torch_ref layer on meta) and the real SwiGLU FFN (three d × 11008
+    matrices)."""
     with torch.device("meta"):
         layer = torch_ref.TransformerLayer(cfg["n_embd"], cfg["n_head"], bias=False)
     rows = []
     for n in seq_lens:
         rows.append(dict(n=n, share=_attention_share(flop_formula(n_embd=cfg["n_embd"], seq_len=n)),
                          share_counter=_attention_share(count_flops(layer, n)),
-                         share_swiglu=_attention_share(flop_formula(n_embd=cfg["n_embd"], seq_len=n,
-                                                                    middle_dim=cfg["middle_dim"], ffn_matrices=3))))
+                         share_swiglu=_attention_share(flop_formula(
+                             n_embd=cfg["n_embd"], seq_len=n, middle_dim=cfg["middle_dim"],
+                             ffn_matrices=3))))
     return rows
 
 
 def show_crossover(args):
-    common.header(3, "§8.3", "Where n² takes over: attention 4·n·d against 24·d² per token per layer")
+    common.header(3, "§8.3",
+                  "Where n² takes over: attention 4·n·d against 24·d² per token per layer")
+    llama = llama_attention_share()
     common.table([[r["model"], r["d"], r["n_star"], f"{r['attention_per_token'] / 1e6:.1f}",
                    f"{r['rest_per_token'] / 1e6:.1f}"] for r in crossover()],
-                 headers=["model", "d", "n = 6d", "attention MFLOPs/token (counter)",
+                 headers=["model", "d", "n = 6d (tokens)", "attention MFLOPs/token (counter)",
                           "projections + FFN MFLOPs/token (counter)"], disable_numparse=True)
     print("(one layer at n = 6d on the meta device; GPT-2 small's row is exercise 6)\n")
     common.table([[r["n"], f"{100 * r['share']:.1f}%", f"{100 * r['share_counter']:.1f}%",
-                   f"{100 * r['share_swiglu']:.1f}%"] for r in llama_attention_share()],
-                 headers=["LLaMA-7B, n", "attention share, 24d² model", "same, counter",
-                          "with SwiGLU 11008 (3 matrices)"], disable_numparse=True)
-    print("(share of one layer's matmul FLOPs, output layer left out; at common lengths projections and "
-          "FFN still dominate)")
+                   f"{100 * r['share_swiglu']:.1f}%"] for r in llama],
+                 headers=["LLaMA-7B, n (tokens)", "attention share, 24d² model (formula)",
+                          "attention share, 24d² model (counter)",
+                          "attention share with SwiGLU 11008 (3 matrices)"], disable_numparse=True)
+    shortest = llama[0]
+    print(f"(share of one layer's matmul FLOPs, output layer left out; at n = {shortest['n']:,} "
+          f"the projections and the FFN still hold {100 * (1 - shortest['share']):.1f}%)")
 
 
-# ---- Part 4 · §8.3 activations saved for backward ---------------------------------------------------
+# ---- Part 4 · §8.3 activations saved for backward ------------------------------------------------
 def saved_activations(seq_len: int, n_embd: int = 64, n_head: int = 4, p_dropout: float = 0.0,
                       sdpa: bool = False) -> list[torch.Tensor]:
-    """The distinct storages one Pre-LN layer (torch_ref, float32, explicit softmax, additive mask, in
-    training mode, dropout p_dropout on the attention weights, the attention output and the FFN output)
-    saves for backward, found with saved_tensors_hooks; parameters left out. sdpa=True: the
+    """The distinct storages one Pre-LN layer (torch_ref, float32, explicit softmax, additive mask,
+    in training mode, dropout p_dropout on the attention weights, the attention output and the FFN
+    output) saves for backward, found with saved_tensors_hooks; parameters left out. sdpa=True: the
     attention core is torch's scaled_dot_product_attention instead (part 6)."""
     layer = torch_ref.TransformerLayer(n_embd, n_head, p_dropout=p_dropout).float().train()
     if sdpa:
@@ -298,8 +360,10 @@ def saved_activations(seq_len: int, n_embd: int = 64, n_head: int = 4, p_dropout
 
     def pack(t):
         storage = t.untyped_storage()
-        if storage.data_ptr() not in params:  # views of one storage (q, kᵀ of one projection) count once
-            saved[storage.data_ptr()] = t     # holding t keeps its storage alive, so no address is reused
+        # views of one storage (q, kᵀ of one projection) count once
+        if storage.data_ptr() not in params:
+            # holding t keeps its storage alive, so no address is reused
+            saved[storage.data_ptr()] = t
         return t
 
     x = torch.randn(1, seq_len, n_embd, requires_grad=True)
@@ -310,9 +374,9 @@ def saved_activations(seq_len: int, n_embd: int = 64, n_head: int = 4, p_dropout
 
 def exact_saved_floats(S: int, d: int, h: int, p_dropout: float = 0.0) -> int:
     """What the layer saves, in float32 elements: 16·S·d + h·S² + 4·S without dropout. With dropout
-    (CPU: each mask is a float tensor the multiply keeps for backward) also the masks of the attention
-    output and the FFN output (2·S·d), the attention weights' mask and the dropped weights that AV's
-    backward needs (2·h·S²; the softmax output stays for softmax's backward)."""
+    (CPU: each mask is a float tensor the multiply keeps for backward) also the masks of the
+    attention output and the FFN output (2·S·d), the attention weights' mask and the dropped weights
+    that AV's backward needs (2·h·S²; the softmax output stays for softmax's backward)."""
     if p_dropout == 0:
         return 16 * S * d + h * S * S + 4 * S
     return 18 * S * d + 3 * h * S * S + 4 * S
@@ -325,16 +389,21 @@ def activation_memory(seq_lens=(16, 32, 64, 128, 256, 512), n_embd: int = 64, n_
     for S in seq_lens:
         saved = saved_activations(S, d, h, p_dropout)
         nbytes = sum(t.untyped_storage().nbytes() for t in saved)
-        sizes = Counter(t.untyped_storage().nbytes() // t.element_size() for t in saved)  # floats -> how many
-        rows.append(dict(S=S, bytes=nbytes, floats=nbytes // 4, exact=exact_saved_floats(S, d, h, p_dropout),
+        # floats -> how many
+        sizes = Counter(t.untyped_storage().nbytes() // t.element_size() for t in saved)
+        rows.append(dict(S=S, bytes=nbytes, floats=nbytes // 4,
+                         exact=exact_saved_floats(S, d, h, p_dropout),
                          storages=len(saved), sizes=dict(sizes)))
     A = np.array([[r["S"] * d, h * r["S"] ** 2] for r in rows], dtype=np.float64)
-    (a, b), *_ = np.linalg.lstsq(A, np.array([r["floats"] for r in rows], dtype=np.float64), rcond=None)
-    return dict(d=d, h=h, p_dropout=p_dropout, rows=rows, a=float(a), b=float(b), crossover=float(a * d / (b * h)))
+    (a, b), *_ = np.linalg.lstsq(A, np.array([r["floats"] for r in rows], dtype=np.float64),
+                                 rcond=None)
+    return dict(d=d, h=h, p_dropout=p_dropout, rows=rows, a=float(a), b=float(b),
+                crossover=float(a * d / (b * h)))
 
 
 def activation_examples(a: float = 16, b: float = 1) -> list[dict]:
-    """a·S·d + b·h·S² in fp16 for LLaMA-7B's layer (d = 4096, h = 32) at S = 8192 and exercise 10 (S = 4096)."""
+    """a·S·d + b·h·S² in fp16 for LLaMA-7B's layer (d = 4096, h = 32) at S = 8192 and exercise 10 (S
+    = 4096)."""
     d, h, fp16 = LLAMA_7B["n_embd"], LLAMA_7B["n_head"], 2
     return [dict(S=S, one_sd=S * d * fp16, one_hss=h * S * S * fp16, sd_part=a * S * d * fp16,
                  hss_part=b * h * S * S * fp16, crossover=a * d / (b * h)) for S in (8192, 4096)]
@@ -344,40 +413,50 @@ def show_activation_memory(args, p_dropout: float = 0.1):
     seq_lens = (16, 32, 64, 128, 256) if args.quick else (16, 32, 64, 128, 256, 512)
     r, rd = activation_memory(seq_lens), activation_memory(seq_lens, p_dropout=p_dropout)
     d, h = r["d"], r["h"]
-    common.header(4, "§8.3", f"Activations one Pre-LN layer saves for backward (d = {d}, h = {h}, float32, "
+    common.header(4, "§8.3",
+                  f"Activations one Pre-LN layer saves for backward (d = {d}, h = {h}, float32, "
                              f"no dropout; beside it, dropout {p_dropout:g})")
     common.table([[x["S"], f"{x['bytes']:,}", f"{x['floats']:,}", f"{x['exact']:,}",
-                   "yes" if x["floats"] == x["exact"] else "NO", x["storages"], f"{y['floats']:,}", f"{y['exact']:,}",
-                   "yes" if y["floats"] == y["exact"] else "NO", y["storages"]] for x, y in zip(r["rows"], rd["rows"])],
-                 headers=["S", "no dropout: bytes saved", "floats", "16·S·d + h·S² + 4·S", "equal", "storages",
-                          f"dropout {p_dropout:g}: floats", "18·S·d + 3·h·S² + 4·S", "equal", "storages"],
+                   "yes" if x["floats"] == x["exact"] else "NO", x["storages"], f"{y['floats']:,}",
+                   f"{y['exact']:,}",
+                   "yes" if y["floats"] == y["exact"] else "NO",
+                   y["storages"]] for x, y in zip(r["rows"], rd["rows"])],
+                 headers=["S (tokens)", "no dropout: bytes saved", "floats saved",
+                          "16·S·d + h·S² + 4·S", "equal", "storages",
+                          f"dropout {p_dropout:g}: floats saved", "18·S·d + 3·h·S² + 4·S",
+                          "equal (dropout)", "storages (dropout)"],
                  disable_numparse=True)
     x = next(x for x in r["rows"] if x["S"] == 128)  # S·d, 4·S·d, h·S² and S all differ here
     y = next(y for y in rd["rows"] if y["S"] == 128)
     S = x["S"]
     names = {S * d: "S·d", 4 * S * d: "4·S·d", h * S * S: "h·S²", S: "S"}
-    print(f"(saved_tensors_hooks, storages deduplicated, parameters left out; training mode.) Without dropout, at "
-          f"S = {S} the storages are "
-          + ", ".join(f"{n} × {names.get(size, size)}" for size, n in sorted(x["sizes"].items(), reverse=True))
-          + ":\nS·d: LN inputs and outputs, q, k, v, the merged heads; 4·S·d: GELU's input and output; "
-            "h·S²: the softmax output; S: the LayerNorms' mean and 1/σ")
+    print(f"(saved_tensors_hooks, storages deduplicated, parameters left out; training mode.) "
+          f"Without dropout, at S = {S} the storages are "
+          + ", ".join(f"{n} × {names.get(size, size)}" for size, n
+                      in sorted(x["sizes"].items(), reverse=True))
+          + ":\nS·d: LN inputs and outputs, q, k, v, the merged heads; 4·S·d: GELU's input and "
+            "output; h·S²: the softmax output; S: the LayerNorms' mean and 1/σ")
     extra = Counter(y["sizes"]) - Counter(x["sizes"])
     print(f"Dropout {p_dropout:g} adds "
-          + ", ".join(f"{n} × {names.get(size, size)}" for size, n in sorted(extra.items(), reverse=True))
-          + ": the attention weights' mask and the dropped weights (AV's backward needs them, softmax's\nbackward "
-            "still needs its own output), and the masks of the attention output and of the FFN output (on CPU each "
-            "mask is a\nfloat32 tensor that the multiply keeps)")
+          + ", ".join(f"{n} × {names.get(size, size)}" for size, n
+                      in sorted(extra.items(), reverse=True))
+          + ": the attention weights' mask and the dropped weights (AV's backward needs them, "
+            "softmax's\nbackward still needs its own output), and the masks of the attention "
+            "output and of the FFN output (on CPU each mask is a\nfloat32 tensor that the multiply "
+            "keeps)")
     for label, fit in (("no dropout", r), (f"dropout {p_dropout:g}", rd)):
-        print(f"least-squares fit floats ≈ a·S·d + b·h·S², {label}: a = {fit['a']:.4f}, b = {fit['b']:.4f}; "
-              f"the two parts are equal at S = a·d/(b·h) = {fit['crossover']:.1f}")
+        print(f"least-squares fit floats ≈ a·S·d + b·h·S², {label}: a = {fit['a']:.4f}, b = "
+              f"{fit['b']:.4f}; the two parts are equal at S = a·d/(b·h) = {fit['crossover']:.1f}")
     big = r["rows"][-1]["S"]
-    print(f"With dropout the h·S² part is {rd['b'] / r['b']:.0f}× larger, and at S = {big} the layer keeps "
-          f"{rd['rows'][-1]['floats'] / r['rows'][-1]['floats']:.2f}× the memory.\n")
+    print(f"With dropout the h·S² part is {rd['b'] / r['b']:.0f}× larger, and at S = {big} the "
+          f"layer keeps {rd['rows'][-1]['floats'] / r['rows'][-1]['floats']:.2f}× the memory.\n")
     examples = activation_examples()
     common.table([[e["S"], f"{e['one_sd'] / MIB:.0f} MiB", f"{e['one_hss'] / GIB:.1f} GiB",
-                   f"{e['sd_part'] / MIB:.0f} MiB", f"{e['hss_part'] / GIB:.1f} GiB", f"{e['crossover']:.0f}"]
+                   f"{e['sd_part'] / MIB:.0f} MiB", f"{e['hss_part'] / GIB:.1f} GiB",
+                   f"{e['crossover']:.0f}"]
                   for e in examples],
-                 headers=["LLaMA-7B layer, fp16, S", "one S × d", "one h × S × S", "16 × S × d", "h × S × S",
+                 headers=["LLaMA-7B layer, fp16, S", "one S × d", "one h × S × S", "16 × S × d",
+                          "h × S × S",
                           "equal at S = 16d/h"], disable_numparse=True)
     print("(S = 4096 is exercise 10)")
     draw_activation_memory(r, args.figures)
@@ -390,13 +469,16 @@ def draw_activation_memory(r: dict, figures_dir):
     S = np.array([x["S"] for x in r["rows"]])
     grid = np.geomspace(S.min(), S.max() * 1.1, 100)
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    ax.plot(S, [x["bytes"] / 1024 for x in r["rows"]], "o", color="black", label="measured (saved_tensors_hooks)")
+    ax.plot(S, [x["bytes"] / 1024 for x in r["rows"]], "o", color="black",
+            label="measured (saved_tensors_hooks)")
     ax.plot(grid, 4 * (a * grid * d + b * h * grid ** 2) / 1024, color="#4c72b0",
             label=f"fit {a:.4f}·S·d + {b:.4f}·h·S²")
     ax.plot(grid, 4 * a * grid * d / 1024, ls="--", color="#55a868", label="S·d part")
-    ax.plot(grid, 4 * b * h * grid ** 2 / 1024, ls="--", color="#c44e52", label="h·S² part (softmax output)")
+    ax.plot(grid, 4 * b * h * grid ** 2 / 1024, ls="--", color="#c44e52",
+            label="h·S² part (softmax output)")
     ax.axvline(r["crossover"], color="grey", ls=":", lw=1)
-    ax.text(r["crossover"] * 1.05, 4 * a * r["crossover"] * d / 1024 * 0.3, f"S = {r['crossover']:.0f}", fontsize=8)
+    ax.text(r["crossover"] * 1.05, 4 * a * r["crossover"] * d / 1024 * 0.3,
+            f"S = {r['crossover']:.0f}", fontsize=8)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("sequence length S")
@@ -406,18 +488,21 @@ def draw_activation_memory(r: dict, figures_dir):
     common.save_figure(fig, "06_activation_memory", figures_dir)
 
 
-# ---- Part 5 · §8.3 the attention core's share of a layer's time ⏱ -----------------------------------------
-def attention_time_share(seq_lens=(128, 512, 2048), n_embd: int = 256, n_head: int = 4, p_dropout: float = 0.1,
-                         repeats: int = 5, budget: float = 0.5, threads: int = 1, seed: int = 0) -> list[dict]:
-    """Wall-clock share of the attention core (scores, scale, mask, softmax, dropout on the weights, AV and
-    the merge of the heads: MultiHeadAttention.self_attention) in one Pre-LN layer's forward, torch float32,
-    training mode (autograd on, dropout p_dropout), next to its FLOP share.
+# ---- Part 5 · §8.3 the attention core's share of a layer's time ⏱ --------------------------------
+def attention_time_share(seq_lens=(128, 512, 2048), n_embd: int = 256, n_head: int = 4,
+                         p_dropout: float = 0.1,
+                         repeats: int = 5, budget: float = 0.5, threads: int = 1,
+                         seed: int = 0) -> list[dict]:
+    """Wall-clock share of the attention core (scores, scale, mask, softmax, dropout on the weights,
+    AV and the merge of the heads: MultiHeadAttention.self_attention) in one Pre-LN layer's forward,
+    torch float32, training mode (autograd on, dropout p_dropout), next to its FLOP share.
 
-    The core is timed inside the layer's own forward: a wrapper around self_attention adds up the seconds
-    spent in it, so the core sees the inputs, the caches and the dropout of a real forward. Per S: the
-    median over up to `repeats` forwards (at least one, fewer once `budget` seconds are spent) of the layer's
-    time, the core's time and their ratio. `seed` seeds the weights, the inputs and the dropout masks; each
-    S draws its masks from its own seed, so how many forwards fit the budget changes no other S's draws.
+    The core is timed inside the layer's own forward: a wrapper around self_attention adds up the
+    seconds spent in it, so the core sees the inputs, the caches and the dropout of a real forward.
+    Per S: the median over up to `repeats` forwards (at least one, fewer once `budget` seconds are
+    spent) of the layer's time, the core's time and their ratio. `seed` seeds the weights, the
+    inputs and the dropout masks; each S draws its masks from its own seed, so how many forwards fit
+    the budget changes no other S's draws.
     """
     rows = []
     with torch.random.fork_rng(), torch_threads(threads):
@@ -435,7 +520,8 @@ def attention_time_share(seq_lens=(128, 512, 2048), n_embd: int = 256, n_head: i
             in_core.append(elapsed())
             return out
 
-        mha.self_attention = timed_core  # the instance's attribute shadows the method for this layer only
+        # the instance's attribute shadows the method for this layer only
+        mha.self_attention = timed_core
         layer(torch.randn(1, min(seq_lens), n_embd))  # warm-up
         for S, x, mask_seed in zip(seq_lens, inputs, mask_seeds):
             torch.manual_seed(mask_seed)
@@ -450,8 +536,10 @@ def attention_time_share(seq_lens=(128, 512, 2048), n_embd: int = 256, n_head: i
                     checksum = float(out.detach().double().sum())
                 del out  # frees the graph (and the activations it holds) before the next forward
             shares = [c / t for c, t in zip(t_core, t_layer)]
-            rows.append(dict(S=S, t_layer=statistics.median(t_layer), t_core=statistics.median(t_core),
-                             time_share=statistics.median(shares), runs=len(t_layer), core_calls=len(in_core),
+            rows.append(dict(S=S, t_layer=statistics.median(t_layer),
+                             t_core=statistics.median(t_core),
+                             time_share=statistics.median(shares), runs=len(t_layer),
+                             core_calls=len(in_core),
                              flop_share=_attention_share(flop_formula(n_embd=n_embd, seq_len=S)),
                              training=layer.training, p_dropout=p_dropout, checksum=checksum))
     return rows
@@ -460,17 +548,18 @@ def attention_time_share(seq_lens=(128, 512, 2048), n_embd: int = 256, n_head: i
 def show_attention_time(args):
     seq_lens = (128, 512) if args.quick else (128, 512, 2048)
     d, h, p = 256, 4, 0.1
-    common.header(5, "§8.3", f"The attention core's share of one layer's time (d = {d}, h = {h}, float32, 1 thread, "
-                             f"training mode, dropout {p:g})")
+    common.header(5, "§8.3", f"The attention core's share of one layer's time (d = {d}, h = {h}, "
+                             f"float32, 1 thread, training mode, dropout {p:g})")
     rows = attention_time_share(seq_lens, n_embd=d, n_head=h, p_dropout=p, seed=args.seed)
     common.table([[r["S"], f"S/(6d + S) = {100 * r['flop_share']:.1f}%"] for r in rows],
                  headers=["S", "attention core's FLOP share"], disable_numparse=True)
     for r in rows:
-        common.timing(f"S = {r['S']:>4}: layer forward {1e3 * r['t_layer']:7.1f} ms, core inside it "
-                      f"{1e3 * r['t_core']:7.1f} ms: time share {100 * r['time_share']:4.1f}% "
+        common.timing(f"S = {r['S']:>4}: layer forward {1e3 * r['t_layer']:7.1f} ms, core inside "
+                      f"it {1e3 * r['t_core']:7.1f} ms: time share {100 * r['time_share']:4.1f}% "
                       f"(FLOP share {100 * r['flop_share']:.1f}%)")
-    print("(the core timed inside each forward of the layer; median of up to 5 forwards. Scale, mask, softmax and "
-          "dropout make\nalmost no FLOPs but read and write the h × S × S matrix several times)")
+    print("(the core timed inside each forward of the layer; median of up to 5 forwards. Scale, "
+          "mask, softmax and dropout make\nalmost no FLOPs but read and write the h × S × S matrix "
+          "several times)")
 
 
 # ---- Part 6 · §8.3 continued, beyond the notes: the flash core's memory -------------------
