@@ -1,22 +1,25 @@
 # Lecture 6 companion code. Every target makes its own virtual environment on first use.
 PYTHON ?= python3
+# Where torch comes from on Linux, where PyPI's torch is the CUDA build: PyTorch's CPU-only index if it answers
+# within 5 s, else the ordinary index. TORCH_INDEX=URL for a mirror, TORCH_INDEX=default for the ordinary index
+# (PyPI: with a GPU, the CUDA build). macOS and Windows always use the ordinary index: their builds are CPU-only.
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 VENV   := .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed
 SCRIPTS := $(sort $(wildcard code/lecture06/0[1-7]_*.py))
 
-.PHONY: all test figures bench golden clean help
+.PHONY: all test figures bench golden venv clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z]+:.*## ' Makefile | sed 's/:.*## /\t/'
 
-$(STAMP): requirements.txt
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements.txt
-	touch $(STAMP)
+# Checks PYTHON (3.10-3.14) and the platform before anything is made, then makes .venv unless its stamp names
+# the same interpreter and torch index and is newer than requirements.txt; removes it again if pip fails.
+venv:  ## make .venv (again if PYTHON or requirements.txt changed); PYTHON=python3.12 chooses the interpreter
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "make: PYTHON=$(PYTHON) is not a command; name a Python 3.10-3.14, e.g. PYTHON=python3.12" >&2; exit 1; }
+	@$(PYTHON) tools/make_venv.py $(VENV) '$(TORCH_INDEX)' '$(firstword $(MAKECMDGOALS))'
 
-all: $(STAMP)  ## run every script; tables go to figures/NN_output.txt, figures to figures/
+all: venv  ## run every script; tables go to figures/NN_output.txt, figures to figures/
 	@for s in $(SCRIPTS); do \
 	  n=$$(basename $$s | cut -c1-2); \
 	  echo "== $$s"; \
@@ -25,14 +28,14 @@ all: $(STAMP)  ## run every script; tables go to figures/NN_output.txt, figures 
 
 figures: all  ## same as all: every figure is written by its script
 
-test: $(STAMP)  ## the test suite
+test: venv  ## the test suite
 	$(PY) -m pytest -q -n auto --dist loadgroup --no-loadscope-reorder tests
 
-bench: $(STAMP)  ## time one training step, tensor.py against PyTorch
+bench: venv  ## time one training step, tensor.py against PyTorch
 	$(PY) code/lecture06/bench_step.py
 
-golden: $(STAMP)  ## regenerate tests/golden/ (the expected quick outputs) from fresh runs
+golden: venv  ## regenerate tests/golden/ (the expected quick outputs) from fresh runs
 	$(PY) tests/outputs.py --update
 
 clean:  ## remove the environment and caches (figures are committed and kept)
-	rm -rf $(VENV) .pytest_cache tests/__pycache__ code/*/__pycache__
+	rm -rf $(VENV) .pytest_cache tests/__pycache__ code/*/__pycache__ tools/__pycache__
