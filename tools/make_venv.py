@@ -135,7 +135,10 @@ def install(venv, stamp, identity, fresh, torch, torch_index):
         why_not = reachable(torch_index)
         if why_not is None:
             say("%s: the CPU-only build, from %s" % (torch, torch_index))
-            pip(python, "install", "--quiet", "--index-url", torch_index, torch)
+            try:
+                pip(python, "install", "--quiet", "--index-url", torch_index, torch)
+            except RuntimeError:
+                say("%s: installing from %s failed (above), so torch comes from the ordinary index" % (torch, torch_index))
         else:
             say("%s: %s did not answer (%s), so torch comes from the ordinary index, where Linux's build is the "
                 "CUDA one (~4.8 GB of venv); TORCH_INDEX=URL names another index" % (torch, torch_index, why_not))
