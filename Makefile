@@ -6,6 +6,7 @@ PYTHON ?= python3
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 VENV   := .venv
 PY     := $(VENV)/bin/python
+TIMED  := figures/timed
 SCRIPTS := $(sort $(wildcard code/lecture06/0[1-7]_*.py))
 
 .PHONY: all test figures bench golden venv clean help
@@ -19,11 +20,16 @@ venv:  ## make .venv (again if PYTHON or requirements.txt changed); PYTHON=pytho
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "make: PYTHON=$(PYTHON) is not a command; name a Python 3.10-3.14, e.g. PYTHON=python3.12" >&2; exit 1; }
 	@$(PYTHON) tools/make_venv.py $(VENV) '$(TORCH_INDEX)' '$(firstword $(MAKECMDGOALS))'
 
-all: venv  ## run every script; tables go to figures/NN_output.txt, figures to figures/
+# figures/NN_output.txt (committed) is the script's output without its ⏱ lines, the wall-clock times that
+# differ on every run; the full output, ⏱ lines included, goes to figures/timed/NN_output.txt (not committed).
+all: venv  ## run every script: figures/*.png, figures/NN_output.txt (the ⏱ timings in figures/timed/)
+	@mkdir -p $(TIMED)
 	@for s in $(SCRIPTS); do \
 	  n=$$(basename $$s | cut -c1-2); \
 	  echo "== $$s"; \
-	  $(PY) $$s --figures figures > figures/$${n}_output.txt || exit 1; \
+	  $(PY) $$s --figures figures > $(TIMED)/$${n}_output.txt || { echo "$$s failed; its output so far: $(TIMED)/$${n}_output.txt" >&2; exit 1; }; \
+	  sed '/^[[:space:]]*⏱/d' $(TIMED)/$${n}_output.txt > figures/$${n}_output.txt; \
+	  grep '^[[:space:]]*⏱' $(TIMED)/$${n}_output.txt || true; \
 	done
 
 figures: all  ## same as all: every figure is written by its script
@@ -37,5 +43,5 @@ bench: venv  ## time one training step, tensor.py against PyTorch
 golden: venv  ## regenerate tests/golden/ (the expected quick outputs) from fresh runs
 	$(PY) tests/outputs.py --update
 
-clean:  ## remove the environment and caches (figures are committed and kept)
-	rm -rf $(VENV) .pytest_cache tests/__pycache__ code/*/__pycache__ tools/__pycache__
+clean:  ## remove the environment, caches and figures/timed/ (figures are committed and kept)
+	rm -rf $(VENV) $(TIMED) .pytest_cache tests/__pycache__ code/*/__pycache__ tools/__pycache__
