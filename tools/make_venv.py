@@ -6,12 +6,13 @@
    and is newer than requirements.txt. A .venv made with another Python is rebuilt; a changed requirements.txt
    is installed into it.
 3. On Linux, where PyPI's torch is the CUDA build (~4.8 GB of venv with its nvidia packages), installs torch from
-   TORCH_INDEX (PyPI's CPU-only index by default, ~1.1 GB of venv) if that index answers within 5 s, and from
+   TORCH_INDEX (PyTorch's CPU-only index by default, ~1.1 GB of venv) if that index answers within 5 s, and from
    the ordinary index if it does not. TORCH_INDEX=default (or empty) always uses the ordinary index.
 4. Removes .venv if anything fails or is interrupted, so that no half-made environment is left behind.
 
 Usage: python tools/make_venv.py VENV TORCH_INDEX [GOAL]   (the Makefile passes $(VENV), $(TORCH_INDEX), the goal)
-This file runs under whatever PYTHON names, however old, so it keeps to syntax that Python 3.0 can parse.
+This file runs under whatever PYTHON names, however old: it keeps to syntax old Pythons parse (no f-strings),
+so that they reach the version check and its message.
 """
 import os
 import platform
