@@ -14,11 +14,12 @@ SCRIPTS := $(sort $(wildcard code/lecture06/0[1-7]_*.py))
 help:  ## list the targets
 	@grep -E '^[a-z]+:.*## ' Makefile | sed 's/:.*## /\t/'
 
-# Checks PYTHON (3.10-3.14) and the platform before anything is made, then makes .venv unless its stamp names
-# the same interpreter and torch index and is newer than requirements.txt; removes it again if pip fails.
-venv:  ## make .venv (again if PYTHON or requirements.txt changed); PYTHON=python3.12 chooses the interpreter
+# Makes .venv when there is none, or when PYTHON or TORCH_INDEX is given (command line or environment) and its
+# stamp records another; checks PYTHON (3.10-3.14) and the platform first; removes .venv again if pip fails.
+GIVEN := $(foreach v,PYTHON TORCH_INDEX,$(if $(filter command line environment,$(origin $(v))),$(v)))
+venv:  ## make .venv (only); make venv PYTHON=python3.12 makes it again with that interpreter
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "make: PYTHON=$(PYTHON) is not a command; name a Python 3.10-3.14, e.g. PYTHON=python3.12" >&2; exit 1; }
-	@$(PYTHON) tools/make_venv.py $(VENV) '$(TORCH_INDEX)' '$(firstword $(MAKECMDGOALS))'
+	@$(PYTHON) tools/make_venv.py $(VENV) '$(TORCH_INDEX)' '$(firstword $(MAKECMDGOALS))' '$(GIVEN)'
 
 # figures/NN_output.txt (committed) is the script's output without its ⏱ lines, the wall-clock times that
 # differ on every run; the full output, ⏱ lines included, goes to figures/timed/NN_output.txt (not committed).

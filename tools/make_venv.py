@@ -2,9 +2,10 @@
 
 1. Checks, before anything is made, that this Python and this platform have a torch 2.13.0 wheel: Python
    3.10-3.14 on Linux (x86_64, aarch64; glibc 2.28+), Windows (x86_64), macOS 14+ on Apple silicon.
-2. Leaves a finished .venv alone when its stamp (.venv/.installed) names this same interpreter and torch index
-   and is newer than requirements.txt. A .venv made with another Python is rebuilt; a changed requirements.txt
-   is installed into it.
+2. Records in .venv/.installed (the stamp) which interpreter and torch index made .venv. When PYTHON= or
+   TORCH_INDEX= is given to make (on its command line or in the environment) and asks for another, .venv is
+   made again; without them the .venv there is used, and if it was made with another Python this says so.
+   A requirements.txt newer than the stamp is installed into .venv.
 3. On Linux, where PyPI's torch is the CUDA build (~4.8 GB of venv with its nvidia packages), installs torch from
    TORCH_INDEX (PyTorch's CPU-only index by default, ~1.1 GB of venv) if that index answers within 5 s, and from
    the ordinary index if it does not. TORCH_INDEX=default (or empty) always uses the ordinary index.
@@ -27,6 +28,8 @@ PLATFORMS = "Linux x86_64/aarch64 (glibc 2.28+), Windows x86_64, macOS 14+ on Ap
 PROBE_SECONDS = 5
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REQUIREMENTS = os.path.join(ROOT, "requirements.txt")
+KEYS = ("python", "torch index")                                  # what the stamp records
+VARIABLE = {"python": "PYTHON", "torch index": "TORCH_INDEX"}     # the make variable that chooses each
 
 
 def say(message):
@@ -120,7 +123,33 @@ def pip(python, *args):
         raise RuntimeError("`%s` failed" % " ".join(command))
 
 
-def install(venv, stamp, identity, fresh, torch, torch_index):
+def read_stamp(stamp):
+    """{'python': ..., 'torch index': ...} as the stamp records them, {} for a stamp that records nothing (an older
+    Makefile's), None if there is no stamp: .venv is then unfinished or was not made here."""
+    if not os.path.isfile(stamp):
+        return None
+    record = {}
+    for line in open(stamp):
+        key, sep, value = line.partition(": ")
+        if sep:
+            record[key.strip()] = value.strip()
+    return record
+
+
+def describe(key, value):
+    if value is None:
+        return "a %s its stamp does not record" % ("Python" if key == "python" else "torch index")
+    return value if key == "python" else "torch from " + ("the ordinary index" if value == "default" else value)
+
+
+def write_stamp(stamp, record):
+    with open(stamp, "w") as f:
+        for key in KEYS:
+            if key in record:          # a stamp from an older Makefile records nothing, and that stays so
+                f.write("%s: %s\n" % (key, record[key]))
+
+
+def install(venv, stamp, record, fresh, torch):
     python = venv_python(venv)
     if fresh:
         remove(venv)
@@ -128,6 +157,7 @@ def install(venv, stamp, identity, fresh, torch, torch_index):
         pip(python, "install", "--quiet", "--upgrade", "pip")
     else:
         os.remove(stamp)               # unfinished until the stamp is written again
+    torch_index = record.get("torch index", "default")
     if not sys.platform.startswith("linux"):
         pass                           # macOS's and Windows's builds on the ordinary index are CPU-only
     elif torch_index == "default":
@@ -144,40 +174,54 @@ def install(venv, stamp, identity, fresh, torch, torch_index):
             say("%s: %s did not answer (%s), so torch comes from the ordinary index, where Linux's build is the "
                 "CUDA one (~4.8 GB of venv); TORCH_INDEX=URL names another index" % (torch, torch_index, why_not))
     pip(python, "install", "--quiet", "-r", REQUIREMENTS)
-    with open(stamp, "w") as f:
-        f.write(identity + "\n")
+    write_stamp(stamp, record)
     torch_version = subprocess.check_output(
-        (python, "-c", "import importlib.metadata as m; print(m.version('torch'))")).decode().strip()
-    say("%s is ready: Python %s, torch %s" % (venv, platform.python_version(), torch_version))
+        (python, "-c", "import importlib.metadata as m, platform; print(platform.python_version(), m.version('torch'))"))
+    say("%s is ready: Python %s, torch %s" % ((venv,) + tuple(torch_version.decode().split())))
 
 
 def main():
     venv, torch_index = sys.argv[1], sys.argv[2].strip() or "default"
     goal = sys.argv[3] if len(sys.argv) > 3 and sys.argv[3] else "all"
-    check_python(goal)
-    check_platform()
-    torch = torch_requirement()
+    given = sys.argv[4].split() if len(sys.argv) > 4 else []   # the variables set on make's command line
     stamp = os.path.join(venv, ".installed")
-    identity = "%s %s %s, torch index %s" % (platform.python_implementation(), platform.python_version(),
-                                             os.path.realpath(sys.executable), torch_index)
-    made_with = open(stamp).read().strip() if os.path.isfile(stamp) else None
-    if made_with == identity and os.path.getmtime(stamp) >= os.path.getmtime(REQUIREMENTS):
-        return
-    fresh = made_with != identity
-    if made_with is not None and fresh:
-        say("%s was made with %s; this build asks for %s: making it again" % (venv, made_with or "(no record)", identity))
-    elif made_with is not None:
-        say("requirements.txt changed since %s was made: installing it" % venv)
-    elif os.path.lexists(venv):
-        say("%s has no stamp (unfinished, or not made by this Makefile): making it again" % venv)
-    else:
-        say("making %s with Python %s (%s)" % (venv, platform.python_version(), os.path.realpath(sys.executable)))
+    wanted = {"python": "%s %s %s" % (platform.python_implementation(), platform.python_version(),
+                                      os.path.realpath(sys.executable)),
+              "torch index": torch_index}
+    made = read_stamp(stamp)
+    fresh = made is None
+    if made is not None:
+        differ = [key for key in KEYS if made.get(key) != wanted[key]]
+        forced = [key for key in differ if VARIABLE[key] in given]
+        if forced:                     # PYTHON= or TORCH_INDEX= asks for something else: make .venv again
+            fresh = True
+            why = "; ".join("%s was made with %s, %s= names %s" % (venv, describe(k, made.get(k)), VARIABLE[k],
+                                                                  describe(k, wanted[k])) for k in forced)
+            why += ": making it again"
+        else:                          # the defaults: keep the .venv there is, and say what it was made with
+            for key in differ:
+                say("using %s as it is, made with %s (make ... %s=... makes it again)"
+                    % (venv, describe(key, made.get(key)), VARIABLE[key]))
+            if os.path.getmtime(stamp) >= os.path.getmtime(REQUIREMENTS):
+                return
+            say("requirements.txt changed since %s was made: installing it" % venv)
+            wanted = dict((key, made[key]) for key in KEYS if key in made)
+    if fresh:
+        check_python(goal)             # before anything is removed or made
+        check_platform()
+        if made is not None:
+            say(why)
+        elif os.path.lexists(venv):
+            say("%s has no stamp (unfinished, or not made by this Makefile): making it again" % venv)
+        else:
+            say("making %s with %s" % (venv, wanted["python"]))
+    torch = torch_requirement()
 
     def terminated(signum, frame):
         raise KeyboardInterrupt
     signal.signal(signal.SIGTERM, terminated)
     try:
-        install(venv, stamp, identity, fresh, torch, torch_index)
+        install(venv, stamp, wanted, fresh, torch)
     except (Exception, KeyboardInterrupt) as error:   # pip failed, Ctrl-C, kill: leave no half-made environment
         remove(venv)
         why = "interrupted" if isinstance(error, KeyboardInterrupt) else str(error)
