@@ -183,7 +183,7 @@ def install(venv, stamp, record, fresh, torch):
 def main():
     venv, torch_index = sys.argv[1], sys.argv[2].strip() or "default"
     goal = sys.argv[3] if len(sys.argv) > 3 and sys.argv[3] else "all"
-    given = sys.argv[4].split() if len(sys.argv) > 4 else []   # the variables set on make's command line
+    given = sys.argv[4].split() if len(sys.argv) > 4 else []   # PYTHON, TORCH_INDEX if given to make
     stamp = os.path.join(venv, ".installed")
     wanted = {"python": "%s %s %s" % (platform.python_implementation(), platform.python_version(),
                                       os.path.realpath(sys.executable)),
