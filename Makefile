@@ -1,38 +1,48 @@
 # Lecture 6 companion code. Every target makes its own virtual environment on first use.
 PYTHON ?= python3
+# Where torch comes from on Linux, where PyPI's torch is the CUDA build: PyTorch's CPU-only index if it answers
+# within 5 s, else the ordinary index. TORCH_INDEX=URL for a mirror, TORCH_INDEX=default for the ordinary index
+# (PyPI: with a GPU, the CUDA build). macOS and Windows always use the ordinary index: their builds are CPU-only.
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 VENV   := .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed
+TIMED  := figures/timed
 SCRIPTS := $(sort $(wildcard code/lecture06/0[1-7]_*.py))
 
-.PHONY: all test figures bench golden clean help
+.PHONY: all test figures bench golden venv clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z]+:.*## ' Makefile | sed 's/:.*## /\t/'
 
-$(STAMP): requirements.txt
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements.txt
-	touch $(STAMP)
+# Makes .venv when there is none, or when PYTHON or TORCH_INDEX is given (command line or environment) and its
+# stamp records another; checks PYTHON (3.10-3.14) and the platform first; removes .venv again if pip fails.
+GIVEN := $(foreach v,PYTHON TORCH_INDEX,$(if $(filter command line environment,$(origin $(v))),$(v)))
+venv:  ## make .venv (only); make venv PYTHON=python3.12 makes it again with that interpreter
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "make: PYTHON=$(PYTHON) is not a command; name a Python 3.10-3.14, e.g. PYTHON=python3.12" >&2; exit 1; }
+	@$(PYTHON) tools/make_venv.py $(VENV) '$(TORCH_INDEX)' '$(firstword $(MAKECMDGOALS))' '$(GIVEN)'
 
-all: $(STAMP)  ## run every script; tables go to figures/NN_output.txt, figures to figures/
+# figures/NN_output.txt (committed) is the script's output without its ⏱ lines, the wall-clock times that
+# differ on every run; the full output, ⏱ lines included, goes to figures/timed/NN_output.txt (not committed).
+all: venv  ## run every script: figures/*.png, figures/NN_output.txt (the ⏱ timings in figures/timed/)
+	@mkdir -p $(TIMED)
 	@for s in $(SCRIPTS); do \
 	  n=$$(basename $$s | cut -c1-2); \
 	  echo "== $$s"; \
-	  $(PY) $$s --figures figures > figures/$${n}_output.txt || exit 1; \
+	  $(PY) $$s --figures figures > $(TIMED)/$${n}_output.txt || { echo "$$s failed; its output so far: $(TIMED)/$${n}_output.txt" >&2; exit 1; }; \
+	  sed '/^[[:space:]]*⏱/d' $(TIMED)/$${n}_output.txt > figures/$${n}_output.txt; \
+	  grep '^[[:space:]]*⏱' $(TIMED)/$${n}_output.txt || true; \
 	done
 
 figures: all  ## same as all: every figure is written by its script
 
-test: $(STAMP)  ## the test suite
+test: venv  ## the test suite
 	$(PY) -m pytest -q -n auto --dist loadgroup --no-loadscope-reorder tests
 
-bench: $(STAMP)  ## time one training step, tensor.py against PyTorch
+bench: venv  ## time one training step, tensor.py against PyTorch
 	$(PY) code/lecture06/bench_step.py
 
-golden: $(STAMP)  ## regenerate tests/golden/ (the expected quick outputs) from fresh runs
+golden: venv  ## regenerate tests/golden/ (the expected quick outputs) from fresh runs
 	$(PY) tests/outputs.py --update
 
-clean:  ## remove the environment and caches (figures are committed and kept)
-	rm -rf $(VENV) .pytest_cache tests/__pycache__ code/*/__pycache__
+clean:  ## remove the environment, caches and figures/timed/ (figures are committed and kept)
+	rm -rf $(VENV) $(TIMED) .pytest_cache tests/__pycache__ code/*/__pycache__ tools/__pycache__
