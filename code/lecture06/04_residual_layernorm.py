@@ -1,11 +1,15 @@
-"""Script 04 · Residuals, LayerNorm, Post-LN vs Pre-LN: gradient gain, LN vs BatchNorm, training stability.
+"""Script 04 · Residuals, LayerNorm, Post-LN vs Pre-LN: gradient gain, LN vs BatchNorm, training \
+stability.
 
-Serves notes §5.2 (part 1), §5.3 (part 2) and §5.4 (parts 3 and 4). Parts 1-3 measure at initialisation;
+Serves notes §5.2 (part 1), §5.3 (part 2) and §5.4 (parts 3 and 4). Parts 1-3 measure at \
+initialisation;
 part 4 trains 6-layer models on the city language (city_train.py): at the first seed the three
-configurations whose fate is the same at every seed (both placements at the small lr, Post-LN without
+configurations whose fate is the same at every seed (both placements at the small lr, Post-LN \
+without
 warmup at the large one), at --seeds seeds (default 2) the two whose comparison needs the spread.
 
-    python code/lecture06/04_residual_layernorm.py [--part N] [--seed S] [--seeds N] [--quick] [--no-figures]
+    python code/lecture06/04_residual_layernorm.py [--part N] [--seed S] [--seeds N] [--quick] \
+[--no-figures]
 """
 from __future__ import annotations
 
@@ -34,7 +38,8 @@ class Block(nn.Module):
     def __init__(self, width: int, variant: str):
         super().__init__()
         self.variant = variant
-        self.linear = nn.Linear(width, width, dtype=torch.float64)  # PyTorch's default init: U(±1/√width)
+        # PyTorch's default init: U(±1/√width)
+        self.linear = nn.Linear(width, width, dtype=torch.float64)
         self.ln = nn.LayerNorm(width, dtype=torch.float64) if variant == "residual + LN" else None
 
     def forward(self, x):
@@ -46,12 +51,14 @@ class Block(nn.Module):
 
 
 @torch_threads(1)  # small tensors: one thread is fastest, and the same everywhere
-def gradient_gain(depths=(1, 2, 4, 8, 16, 32, 64), width: int = 256, batch: int = 32, seeds=(0, 1, 2)) -> dict:
-    """For each variant and depth L: the gradient gain ‖∂(g·y_L)/∂x‖ / ‖g‖ from the output y_L of the first
-    L layers back to the input x (g a random N(0, 1) output gradient), and the std of y_L. Means over seeds.
+def gradient_gain(depths=(1, 2, 4, 8, 16, 32, 64), width: int = 256, batch: int = 32,
+                  seeds=(0, 1, 2)) -> dict:
+    """For each variant and depth L: the gradient gain ‖∂(g·y_L)/∂x‖ / ‖g‖ from the output y_L of
+    the first L layers back to the input x (g a random N(0, 1) output gradient), and the std of y_L.
+    Means over seeds.
 
-    With PyTorch's default init, Var(W) = 1/(3·width): a Linear + ReLU layer keeps 1/6 of the gradient's
-    variance, so without residuals the gain is about (1/6)^(L/2) (1.3e-25 at L = 64).
+    With PyTorch's default init, Var(W) = 1/(3·width): a Linear + ReLU layer keeps 1/6 of the
+    gradient's variance, so without residuals the gain is about (1/6)^(L/2) (1.3e-25 at L = 64).
     """
     gains = {v: np.zeros(len(depths)) for v in VARIANTS}
     stds = {v: np.zeros(len(depths)) for v in VARIANTS}
@@ -77,9 +84,9 @@ def gradient_gain(depths=(1, 2, 4, 8, 16, 32, 64), width: int = 256, batch: int 
 def show_gradient_gain(args):
     r = gradient_gain(seeds=(args.seed,) if args.quick else tuple(args.seed + i for i in range(3)))
     common.header(1, "§5.2", "Residuals: letting the gradient take the straight road")
-    common.note(f"L × (Linear {r['width']}→{r['width']} + ReLU), PyTorch's default init U(±1/√{r['width']}), "
-                f"input N(0, 1) of batch {r['batch']}; gain = ‖∂/∂input‖ / ‖∂/∂output‖; "
-                f"mean over seed(s) {r['seeds']}")
+    common.note(f"L × (Linear {r['width']}→{r['width']} + ReLU), PyTorch's default init "
+                f"U(±1/√{r['width']}), input N(0, 1) of batch {r['batch']}; gain = ‖∂/∂input‖ / "
+                f"‖∂/∂output‖; mean over seed(s) {r['seeds']}")
     rows = [[L, r["gain"]["no residual"][i], r["theory_no_residual"][i], r["gain"]["residual"][i],
              r["gain"]["residual + LN"][i], r["std"]["no residual"][i], r["std"]["residual"][i],
              r["std"]["residual + LN"][i]] for i, L in enumerate(r["depths"])]
@@ -87,12 +94,15 @@ def show_gradient_gain(args):
                         "std: no residual", "std: residual", "std: res + LN"], floatfmt=".2g")
     last = len(r["depths"]) - 1
     (shallow, deep), (std_shallow, std_deep) = r["depths"][-2:], r["std"]["residual"][-2:]
-    per_layer = (std_deep / std_shallow) ** (1 / (deep - shallow))   # the residual stream's growth per layer
-    common.note(f"No residual: after {r['depths'][last]} layers the gradient is {r['gain']['no residual'][last]:.1e} "
-                f"of itself (vanishes). Residual only: from L = {shallow} to {deep} the stream's std grows "
-                f"×{per_layer:.2f} per layer\n(doubling every {math.log(2) / math.log(per_layer):.1f} layers), "
-                f"output std {std_deep:.1e} (explodes). Residual + LayerNorm (x + ReLU(Linear(LN(x)))): "
-                f"gain {r['gain']['residual + LN'][last]:.1f}, std {r['std']['residual + LN'][last]:.1f}.")
+    # the residual stream's growth per layer
+    per_layer = (std_deep / std_shallow) ** (1 / (deep - shallow))
+    common.note(f"No residual: after {r['depths'][last]} layers the gradient is "
+                f"{r['gain']['no residual'][last]:.1e} of itself (vanishes). Residual only: from L "
+                f"= {shallow} to {deep} the stream's std grows ×{per_layer:.2f} per "
+                f"layer\n(doubling every {math.log(2) / math.log(per_layer):.1f} layers), output "
+                f"std {std_deep:.1e} (explodes). Residual + LayerNorm (x + ReLU(Linear(LN(x)))): "
+                f"gain {r['gain']['residual + LN'][last]:.1f}, std "
+                f"{r['std']['residual + LN'][last]:.1f}.")
     draw_gradient_gain(r, args.figures)
 
 
@@ -129,50 +139,56 @@ def layer_norm(x: np.ndarray, eps: float = 1e-5) -> np.ndarray:
 def batch_norm(x: np.ndarray, eps: float = 1e-5) -> np.ndarray:
     """BatchNorm in training mode: each feature normalised over the whole batch (B, S, D), like
     torch.nn.BatchNorm1d on (B, D, S) with γ = 1, β = 0."""
-    mu, var = x.mean(axis=(0, 1)), x.var(axis=(0, 1))  # statistics per feature, over sequences and positions
+    # statistics per feature, over sequences and positions
+    mu, var = x.mean(axis=(0, 1)), x.var(axis=(0, 1))
     return (x - mu) / np.sqrt(var + eps)
 
 
-def batch_companions(seq_len: int = 4, d: int = 8, batch: int = 2, trials: int = 5, scale: float = 7.5,
-                     seed: int = 0) -> dict:
+def batch_companions(seq_len: int = 4, d: int = 8, batch: int = 2, trials: int = 5,
+                     scale: float = 7.5, seed: int = 0) -> dict:
     """Batch one sequence with `trials` different sets of companions: how much its LayerNorm and
-    BatchNorm outputs change against the first batch; and LayerNorm of the input scaled by `scale`."""
+    BatchNorm outputs change against the first batch; and LayerNorm of the input scaled by
+    `scale`."""
     rng = np.random.default_rng(seed)
     sequence = rng.standard_normal((seq_len, d))
     outputs = []
     for _ in range(trials + 1):
-        x = np.concatenate([sequence[None], rng.standard_normal((batch - 1, seq_len, d))])  # (B, S, D)
+        # (B, S, D)
+        x = np.concatenate([sequence[None], rng.standard_normal((batch - 1, seq_len, d))])
         outputs.append((layer_norm(x)[0], batch_norm(x)[0]))
     rows = [{"ln_change": float(np.abs(ln - outputs[0][0]).max()),
              "bn_change": float(np.abs(bn - outputs[0][1]).max())} for ln, bn in outputs[1:]]
-    scaled = {eps: float(np.abs(layer_norm(scale * sequence, eps) - layer_norm(sequence, eps)).max())
+    scaled = {eps: float(np.abs(layer_norm(scale * sequence, eps) -
+                                layer_norm(sequence, eps)).max())
               for eps in (1e-5, 0.0)}
-    return {"seq_len": seq_len, "d": d, "batch": batch, "scale": scale, "rows": rows, "scaled": scaled}
+    return {"seq_len": seq_len, "d": d, "batch": batch, "scale": scale, "rows": rows,
+            "scaled": scaled}
 
 
 def show_batch_companions(args):
     r = batch_companions(seed=args.seed)
     common.header(2, "§5.3", "LayerNorm normalises each token on its own")
-    common.note(f"one sequence ({r['seq_len']} tokens × {r['d']} features) batched with {r['batch'] - 1} other "
-                f"random sequence(s), fresh companions in each trial;\nmax |change| of its output against its "
-                f"output in trial 0's batch")
+    common.note(f"one sequence ({r['seq_len']} tokens × {r['d']} features) batched with "
+                f"{r['batch'] - 1} other random sequence(s), fresh companions in each trial;\nmax "
+                "|change| of its output against its output in trial 0's batch")
     common.table([[i + 1, row["ln_change"], row["bn_change"]] for i, row in enumerate(r["rows"])],
                  ["trial", "LayerNorm", "BatchNorm"], floatfmt=("d", ".1f", ".2f"))
-    common.note(f"Input scaled by {r['scale']}: LayerNorm output changes by {r['scaled'][1e-5]:.1e} with eps = 1e-5 "
-                f"and {r['scaled'][0.0]:.1e} with eps = 0: the change comes from eps alone.")
+    common.note(f"Input scaled by {r['scale']}: LayerNorm output changes by "
+                f"{r['scaled'][1e-5]:.1e} with eps = 1e-5 and {r['scaled'][0.0]:.1e} with eps = 0: "
+                "the change comes from eps alone.")
 
 
 # ---- Part 3 · §5.4 ------------------------------------------------------------------------------
 @torch_threads(1)  # small tensors: one thread is fastest, and the same everywhere
 def layer_grad_norms(depths=(2, 4, 8, 16, 32), seeds=(0, 1, 2), n_embd: int = 64, n_head: int = 4,
-                     seq_len: int = 16, batch: int = 8, init: str = "xavier", embedding_std: float | None = None,
-                     placements=("Post-LN", "Pre-LN")) -> dict:
-    """Gradient norm of each layer's parameters at initialisation (norms[placement, L][i]: layer i + 1, next
-    to the embeddings for i = 0, next to the output for i = L - 1), for DecoderLMs of each depth L, on one
-    batch of the city language (windows of seq_len), averaged over seeds.
+                     seq_len: int = 16, batch: int = 8, init: str = "xavier",
+                     embedding_std: float | None = None, placements=("Post-LN", "Pre-LN")) -> dict:
+    """Gradient norm of each layer's parameters at initialisation (norms[placement, L][i]: layer i +
+    1, next to the embeddings for i = 0, next to the output for i = L - 1), for DecoderLMs of each
+    depth L, on one batch of the city language (windows of seq_len), averaged over seeds.
 
-    init, embedding_std: see city_train.build_model; "xavier" (the original Transformer's, with embeddings
-    N(0, 0.02²)) is the one part 4 trains.
+    init, embedding_std: see city_train.build_model; "xavier" (the original Transformer's, with
+    embeddings N(0, 0.02²)) is the one part 4 trains.
     """
     import torch.nn.functional as F
     norms = {}
@@ -180,30 +196,36 @@ def layer_grad_norms(depths=(2, 4, 8, 16, 32), seeds=(0, 1, 2), n_embd: int = 64
         for depth in depths:
             total = np.zeros(depth)
             for seed in seeds:
-                model = city_train.build_model(depth, n_embd, n_head, pre_ln=(placement == "Pre-LN"), init=init,
-                                               seed=seed, embedding_std=embedding_std)
+                model = city_train.build_model(depth, n_embd, n_head,
+                                               pre_ln=(placement == "Pre-LN"), init=init, seed=seed,
+                                               embedding_std=embedding_std)
                 data = next(city_lab.training_batches(seed, batch, seq_len))
                 logits = model(torch.from_numpy(data.x))  # (B, S, V)
-                F.cross_entropy(logits.reshape(-1, city_lab.V), torch.from_numpy(data.y).reshape(-1)).backward()
+                F.cross_entropy(logits.reshape(-1, city_lab.V),
+                                torch.from_numpy(data.y).reshape(-1)).backward()
                 total += [math.sqrt(sum(float((p.grad ** 2).sum()) for p in layer.parameters()))
                           for layer in model.layers]
             norms[placement, depth] = total / len(seeds)
     return {"depths": list(depths), "seeds": list(seeds), "n_embd": n_embd, "n_head": n_head,
-            "seq_len": seq_len, "batch": batch, "init": init, "embedding_std": embedding_std, "norms": norms}
+            "seq_len": seq_len, "batch": batch, "init": init, "embedding_std": embedding_std,
+            "norms": norms}
 
 
 @torch_threads(1)
-def branch_scale(init: str = "xavier", seed: int = 0, n_layers: int = 6, n_embd: int = 64, n_head: int = 4,
-                 batch: int = 8, pre_ln: bool = False) -> dict:
-    """How large the first layer's FFN branch starts: std of its output over the std of its input, at
-    initialisation (city_train.build_model(init=...), Post-LN as part 4 trains it), on one city-language batch
-    (batch × SEQ_LEN tokens; `seed` seeds the weights and the batch, as in parts 3 and 4).
+def branch_scale(init: str = "xavier", seed: int = 0, n_layers: int = 6, n_embd: int = 64,
+                 n_head: int = 4, batch: int = 8, pre_ln: bool = False) -> dict:
+    """How large the first layer's FFN branch starts: std of its output over the std of its input,
+    at initialisation (city_train.build_model(init=...), Post-LN as part 4 trains it), on one
+    city-language batch (batch × SEQ_LEN tokens; `seed` seeds the weights and the batch, as in parts
+    3 and 4).
 
-    A small ratio means LN(x + F(x)) starts close to LN(x): Post-LN's blocks start near the identity.
+    A small ratio means LN(x + F(x)) starts close to LN(x): Post-LN's blocks start near the
+    identity.
     """
     model = city_train.build_model(n_layers, n_embd, n_head, pre_ln=pre_ln, init=init, seed=seed)
     seen = {}
-    hook = model.layers[0].ff.register_forward_hook(lambda module, inputs, output: seen.update(x=inputs[0], y=output))
+    hook = model.layers[0].ff.register_forward_hook(
+        lambda module, inputs, output: seen.update(x=inputs[0], y=output))
     data = next(city_lab.training_batches(seed, batch, city_lab.SEQ_LEN))
     with torch.no_grad():
         model(torch.from_numpy(data.x))
@@ -214,9 +236,9 @@ def branch_scale(init: str = "xavier", seed: int = 0, n_layers: int = 6, n_embd:
 
 
 def part3_findings(r: dict, unit: dict) -> dict:
-    """What part 3's tables show, computed from them: how layer L's gradient changes from the shallowest to the
-    deepest model in each placement, and layer 1's against layer L's in Post-LN, with the embeddings of the
-    init (r) and with embeddings N(0, 1) (unit)."""
+    """What part 3's tables show, computed from them: how layer L's gradient changes from the
+    shallowest to the deepest model in each placement, and layer 1's against layer L's in Post-LN,
+    with the embeddings of the init (r) and with embeddings N(0, 1) (unit)."""
     shallow, deep = r["depths"][0], r["depths"][-1]
     last = {p: (r["norms"][p, shallow][-1], r["norms"][p, deep][-1]) for p in ("Post-LN", "Pre-LN")}
     post_first = [r["norms"]["Post-LN", L][0] for L in r["depths"]]
@@ -226,49 +248,56 @@ def part3_findings(r: dict, unit: dict) -> dict:
             "pre_ln_last_shrinks": last["Pre-LN"][1] < last["Pre-LN"][0],
             "post_ln_last_shrinks": last["Post-LN"][1] < last["Post-LN"][0],
             "post_over_pre_deep": last["Post-LN"][1] / last["Pre-LN"][1],
-            "post_first": (min(post_first), max(post_first)), "post_last": (min(post_last), max(post_last)),
+            "post_first": (min(post_first), max(post_first)),
+            "post_last": (min(post_last), max(post_last)),
             "unit_first": (min(unit_first), max(unit_first)),
             "first_over_last": min(f / la for f, la in zip(post_first, post_last)),
             "unit_first_over_last": max(f / la for f, la in zip(unit_first, post_last))}
 
 
 def show_layer_grad_norms(args):
-    depths, seeds = (2, 4, 8, 16) if args.quick else (2, 4, 8, 16, 32), tuple(args.seed + i for i in range(3))
+    depths, seeds = ((2, 4, 8, 16) if args.quick else (2, 4, 8, 16, 32),
+                     tuple(args.seed + i for i in range(3)))
     r = layer_grad_norms(depths=depths, seeds=seeds)
     unit = layer_grad_norms(depths=depths, seeds=seeds, embedding_std=1.0, placements=("Post-LN",))
     f = part3_findings(r, unit)
     common.header(3, "§5.4", "Post-LN vs Pre-LN: gradient norms at initialisation")
-    common.note(f"DecoderLM of L layers, d = {r['n_embd']}, h = {r['n_head']}, {r['init']} init as in part 4 "
-                f"(embeddings N(0, 0.02²)), one city-language batch of {r['batch']} × {r['seq_len']} tokens;\n"
-                f"‖gradient‖ of one layer's parameters, mean over seeds {r['seeds']}. Layer 1 is next to the "
-                "embeddings, layer L next to the output.")
+    common.note(f"DecoderLM of L layers, d = {r['n_embd']}, h = {r['n_head']}, {r['init']} init as "
+                f"in part 4 (embeddings N(0, 0.02²)), one city-language batch of {r['batch']} × "
+                f"{r['seq_len']} tokens;\n‖gradient‖ of one layer's parameters, mean over seeds "
+                f"{r['seeds']}. Layer 1 is next to the embeddings, layer L next to the output.")
     rows = []
     for depth in r["depths"]:
         post, pre = r["norms"]["Post-LN", depth], r["norms"]["Pre-LN", depth]
         rows.append([depth, post[0], post[-1], pre[0], pre[-1], post[-1] / pre[-1],
                      unit["norms"]["Post-LN", depth][0]])
-    common.table(rows, ["L", "Post-LN layer 1", "Post-LN layer L", "Pre-LN layer 1", "Pre-LN layer L",
-                        "layer L: Post / Pre", "Post-LN layer 1, embeddings N(0, 1)"], floatfmt=".3f")
+    common.table(rows,
+                 ["L", "Post-LN layer 1", "Post-LN layer L", "Pre-LN layer 1", "Pre-LN layer L",
+                        "layer L: Post / Pre", "Post-LN layer 1, embeddings N(0, 1)"],
+                 floatfmt=".3f")
     (pre_shallow, pre_deep), (post_shallow, post_deep) = f["last"]["Pre-LN"], f["last"]["Post-LN"]
-    common.note(f"Layer L, the one next to the output: Pre-LN's gets {pre_deep / pre_shallow:.2f}× at "
-                f"L = {f['deep']} what it gets at L = {f['shallow']} ({pre_shallow:.2f} → {pre_deep:.2f}): "
-                f"L branches add to one stream,\nso each one's share "
+    common.note(f"Layer L, the one next to the output: Pre-LN's gets {pre_deep / pre_shallow:.2f}× "
+                f"at L = {f['deep']} what it gets at L = {f['shallow']} ({pre_shallow:.2f} → "
+                f"{pre_deep:.2f}): L branches add to one stream,\nso each one's share "
                 f"{'shrinks' if f['pre_ln_last_shrinks'] else 'does NOT shrink'}. Post-LN's gets "
                 f"{post_shallow:.2f} → {post_deep:.2f}, "
-                f"{'shrinking' if f['post_ln_last_shrinks'] else 'not shrinking'} with depth: at L = {f['deep']} "
-                f"{f['post_over_pre_deep']:.1f}× Pre-LN's, so a large lr\nmoves Post-LN's last layers "
-                f"{'less hard in a deep model than' if f['post_ln_last_shrinks'] else 'at least as hard in a deep model as'}"
-                " in a shallow one (Xiong et al. 2020).")
-    common.note(f"Layer 1 of Post-LN gets {f['post_first'][0]:.1f}-{f['post_first'][1]:.1f} (at least "
-                f"{f['first_over_last']:.1f}× its layer L): its input is the embeddings, N(0, 0.02²), and the "
-                "LayerNorm\nafter its residual sum divides by their small scale. With embeddings N(0, 1) it gets "
-                f"{f['unit_first'][0]:.1f}-{f['unit_first'][1]:.1f} (at most {f['unit_first_over_last']:.1f}× "
-                "layer L's above).")
+                f"{'shrinking' if f['post_ln_last_shrinks'] else 'not shrinking'} with depth: at L "
+                f"= {f['deep']} {f['post_over_pre_deep']:.1f}× Pre-LN's, so a large lr\nmoves "
+                "Post-LN's last layers "
+                f"""{'less hard in a deep model than' if f['post_ln_last_shrinks']
+                     else 'at least as hard in a deep model as'} """
+                "in a shallow one (Xiong et al. 2020).")
+    common.note(f"Layer 1 of Post-LN gets {f['post_first'][0]:.1f}-{f['post_first'][1]:.1f} (at "
+                f"least {f['first_over_last']:.1f}× its layer L): its input is the embeddings, "
+                "N(0, 0.02²), and the LayerNorm\nafter its residual sum divides by their small "
+                "scale. With embeddings N(0, 1) it gets "
+                f"{f['unit_first'][0]:.1f}-{f['unit_first'][1]:.1f} (at most "
+                f"{f['unit_first_over_last']:.1f}× layer L's above).")
     scales = {init: branch_scale(init, args.seed) for init in ("xavier", "default", "gpt2")}
     b = scales["xavier"]
-    common.note(f"How large layer 1's FFN branch starts ({b['n_layers']}-layer Post-LN as in part 4, d = {b['n_embd']}, "
-                f"one city-language batch of {b['tokens'][0]} × {b['tokens'][1]} tokens, seed {args.seed}): "
-                f"std(FFN(x)) / std(x)")
+    common.note(f"How large layer 1's FFN branch starts ({b['n_layers']}-layer Post-LN as in part "
+                f"4, d = {b['n_embd']}, one city-language batch of {b['tokens'][0]} × "
+                f"{b['tokens'][1]} tokens, seed {args.seed}): std(FFN(x)) / std(x)")
     for (init, s), what in zip(scales.items(), ("Xavier-uniform, parts 3-4", "PyTorch's default",
                                                 "GPT-2's N(0, 0.02²)")):
         common.note(f"  {init:<8}({what}): {s['ratio']:#.3g}")
@@ -282,7 +311,8 @@ def draw_layer_grad_norms(r, figures_dir):
     for ax, placement in zip(axes, ("Post-LN", "Pre-LN")):
         for depth in r["depths"]:
             norms = r["norms"][placement, depth]
-            ax.plot(np.arange(1, depth + 1) / depth, norms, "o-" if depth < 16 else "-", ms=3, label=f"L = {depth}")
+            ax.plot(np.arange(1, depth + 1) / depth, norms, "o-" if depth < 16 else "-", ms=3,
+                    label=f"L = {depth}")
         ax.set_yscale("log")
         ax.set_xlabel("layer / L  (1 = next to the output)")
         ax.set_title(placement)
@@ -298,50 +328,56 @@ def draw_layer_grad_norms(r, figures_dir):
 SMALL_LR, LARGE_LR, WARMUP = 1e-3, 6e-3, 100
 CONFIGS = (("Post-LN", SMALL_LR, 0), ("Pre-LN", SMALL_LR, 0),
            ("Post-LN", LARGE_LR, 0), ("Post-LN", LARGE_LR, WARMUP), ("Pre-LN", LARGE_LR, 0))
-# A 400-step run costs ~13 s of CPU on a 2-core machine of ours: the runs whose fate is the same at every seed
-# (both placements at the small lr, Post-LN without warmup at the large one) run at the first seed only, the
-# two whose comparison needs the spread over seeds (§5.4's "unstable") at every seed. The tests assert every
-# statement at seeds 0, 1 and 2.
+# A 400-step run costs ~13 s of CPU on a 2-core machine of ours: the runs whose fate is the same at
+# every seed (both placements at the small lr, Post-LN without warmup at the large one) run at the
+# first seed only, the two whose comparison needs the spread over seeds (§5.4's "unstable") at every
+# seed. The tests assert every statement at seeds 0, 1 and 2.
 FULL = dict(configs=CONFIGS, single_seed=CONFIGS[:3], steps=400)
-# --quick: at the large lr, Post-LN fails and Pre-LN trains within 100 steps; warmup and instability need 400
+# --quick: at the large lr, Post-LN fails and Pre-LN trains within 100 steps; warmup and instability
+# need 400
 QUICK = dict(configs=(("Post-LN", LARGE_LR, 0), ("Pre-LN", LARGE_LR, 0)), steps=100)
 
 
-def stability_runs(configs=CONFIGS, seeds=(0, 1, 2), steps: int = 400, single_seed=(), n_layers: int = 6,
-                   n_embd: int = 64, n_head: int = 4, batch_size: int = 8, init: str = "xavier") -> list:
-    """[((placement, lr, warmup), seed, run)]: one city_train.run per configuration in `configs` and seed in
-    `seeds` (only the first seed for the configurations in `single_seed`). A run's seed draws its weights and
-    its batches; the lr is constant after the warmup; the test set is scored after the last step only."""
+def stability_runs(configs=CONFIGS, seeds=(0, 1, 2), steps: int = 400, single_seed=(),
+                   n_layers: int = 6, n_embd: int = 64, n_head: int = 4, batch_size: int = 8,
+                   init: str = "xavier") -> list:
+    """[((placement, lr, warmup), seed, run)]: one city_train.run per configuration in `configs` and
+    seed in `seeds` (only the first seed for the configurations in `single_seed`). A run's seed
+    draws its weights and its batches; the lr is constant after the warmup; the test set is scored
+    after the last step only."""
     return [((placement, lr, warmup), seed,
-             dict(model=dict(n_layers=n_layers, n_embd=n_embd, n_head=n_head, pre_ln=(placement == "Pre-LN"),
-                             init=init, seed=seed),
-                  training=dict(lr=lr, warmup=warmup, steps=steps, batch_size=batch_size, eval_every=None,
-                                seed=seed)))
+             dict(model=dict(n_layers=n_layers, n_embd=n_embd, n_head=n_head,
+                             pre_ln=(placement == "Pre-LN"), init=init, seed=seed),
+                  training=dict(lr=lr, warmup=warmup, steps=steps, batch_size=batch_size,
+                                eval_every=None, seed=seed)))
             for placement, lr, warmup in configs
             for seed in (seeds[:1] if (placement, lr, warmup) in single_seed else seeds)]
 
 
-def training_stability(configs=CONFIGS, seeds=(0, 1, 2), steps: int = 400, window: int = 50, single_seed=(),
-                       n_layers: int = 6, n_embd: int = 64, n_head: int = 4, batch_size: int = 8,
-                       init: str = "xavier") -> dict:
+def training_stability(configs=CONFIGS, seeds=(0, 1, 2), steps: int = 400, window: int = 50,
+                       single_seed=(), n_layers: int = 6, n_embd: int = 64, n_head: int = 4,
+                       batch_size: int = 8, init: str = "xavier") -> dict:
     """Train the DecoderLMs of stability_runs on the city language with Adam.
 
-    Every batch is fresh data, scored before the step that trains on it, so the batch excess is held out:
-    `windows` are its means over consecutive `window` steps, `climb` how far its `window`-step moving mean
-    ever rose above its best so far (0.25: 25% above). The test set is scored once, after the last step.
+    Every batch is fresh data, scored before the step that trains on it, so the batch excess is held
+    out: `windows` are its means over consecutive `window` steps, `climb` how far its `window`-step
+    moving mean ever rose above its best so far (0.25: 25% above). The test set is scored once,
+    after the last step.
 
     init="xavier" (the original Transformer's) makes every branch start about as large as the
     residual stream; with "gpt2" or "default" the early failure of Post-LN did not show (README).
     """
-    planned = stability_runs(configs, seeds, steps, single_seed, n_layers, n_embd, n_head, batch_size, init)
+    planned = stability_runs(configs, seeds, steps, single_seed, n_layers, n_embd, n_head,
+                             batch_size, init)
     results = city_train.train_many([run for _, _, run in planned])
     runs = [dict(placement=placement, lr=lr, warmup=warmup, seed=seed, final=result.final_excess,
-                 batch_excess=result.train_excess, windows=window_means(result.train_excess, window),
+                 batch_excess=result.train_excess,
+                 windows=window_means(result.train_excess, window),
                  climb=worst_climb(result.train_excess, window))
             for ((placement, lr, warmup), seed, _), result in zip(planned, results)]
-    return {"runs": runs, "configs": list(configs), "seeds": list(seeds), "steps": steps, "window": window,
-            "n_layers": n_layers, "n_embd": n_embd, "n_head": n_head, "batch_size": batch_size, "init": init,
-            "baselines": city_lab.baseline_excess_mnats()}
+    return {"runs": runs, "configs": list(configs), "seeds": list(seeds), "steps": steps,
+            "window": window, "n_layers": n_layers, "n_embd": n_embd, "n_head": n_head,
+            "batch_size": batch_size, "init": init, "baselines": city_lab.baseline_excess_mnats()}
 
 
 def window_means(excess, window: int) -> list[float]:
@@ -351,34 +387,38 @@ def window_means(excess, window: int) -> list[float]:
 
 
 def worst_climb(excess, window: int) -> float:
-    """The largest relative rise of the `window`-step moving mean of `excess` above its lowest earlier value."""
+    """The largest relative rise of the `window`-step moving mean of `excess` above its lowest
+    earlier value."""
     moving = np.convolve(excess, np.ones(window) / window, mode="valid")
     best_before = np.minimum.accumulate(moving)[:-1]
     return float(max(0.0, (moving[1:] / best_before).max() - 1.0))
 
 
 def stability_claims(r) -> dict:
-    """§5.4's statements, each as (seeds where it holds, seeds measured), for the configurations run."""
+    """§5.4's statements, each as (seeds where it holds, seeds measured), for the configurations
+    run."""
     unigram, bigram = r["baselines"]["unigram"], r["baselines"]["bigram"]
     by = {}
     for run in r["runs"]:
         by.setdefault((run["placement"], run["lr"], run["warmup"]), {})[run["seed"]] = run
     claims = {}
     for (placement, lr, warmup), runs in by.items():
-        claims["trains", placement, lr, warmup] = (sum(run["final"] < bigram for run in runs.values()), len(runs))
-        claims["fails", placement, lr, warmup] = (sum(run["final"] > 0.9 * unigram for run in runs.values()),
-                                                  len(runs))
+        claims["trains", placement, lr, warmup] = (
+            sum(run["final"] < bigram for run in runs.values()), len(runs))
+        claims["fails", placement, lr, warmup] = (
+            sum(run["final"] > 0.9 * unigram for run in runs.values()), len(runs))
     for warmup in sorted({w for p, lr, w in by if p == "Post-LN" and lr == LARGE_LR and w}):
         post, pre = by.get(("Post-LN", LARGE_LR, warmup)), by.get(("Pre-LN", LARGE_LR, 0))
         if post and pre:
             both = sorted(set(post) & set(pre))
-            claims["climbs more", warmup] = (sum(post[s]["climb"] > pre[s]["climb"] for s in both), len(both))
+            claims["climbs more", warmup] = (sum(post[s]["climb"] > pre[s]["climb"] for s in both),
+                                             len(both))
     return claims
 
 
 def climb_text(run: dict, r: dict) -> str:
-    """A run's worst climb as a percentage; a run that never left the unigram level has nothing to climb back
-    from (its flat +0% would read as the most stable run)."""
+    """A run's worst climb as a percentage; a run that never left the unigram level has nothing to
+    climb back from (its flat +0% would read as the most stable run)."""
     if run["final"] > 0.9 * r["baselines"]["unigram"]:
         return "did not train"
     return f"{100 * run['climb']:+.0f}%"
@@ -395,7 +435,8 @@ def part4_settings(args) -> dict:
 
 
 def part4_runs(args) -> tuple:
-    """The runs show_training_stability will ask for, so that common.main can start them before part 1."""
+    """The runs show_training_stability will ask for, so that common.main can start them before part
+    1."""
     return city_train.run, [run for _, _, run in stability_runs(**part4_settings(args))]
 
 
@@ -403,35 +444,44 @@ def show_training_stability(args):
     r = training_stability(**part4_settings(args), window=25 if args.quick else 50)
     first, window, unigram = r["seeds"][0], r["window"], r["baselines"]["unigram"]
     common.header(4, "§5.4", "Post-LN vs Pre-LN: training with and without warmup")
-    common.note(f"{r['n_layers']}-layer DecoderLM, d = {r['n_embd']}, h = {r['n_head']}, {r['init']} init, no dropout; "
-                f"Adam, batch {r['batch_size']} × {city_lab.SEQ_LEN}, {r['steps']} steps, lr constant after\nthe "
-                f"warmup; seeds {r['seeds']} (a seed draws the weights and the batches). Excess cross-entropy over the "
-                f"exact bound\n({city_lab.lower_bound():.4f} nats/token) in mnat/token; for scale: unigram model "
-                f"{unigram:+.0f}, bigram model {r['baselines']['bigram']:+.0f}.")
-    common.note(f"Seed {first}: the mean excess of the fresh batches of each {window} steps (each batch is scored before "
-                "the step that\ntrains on it, so it is held out), the test set's after the last step, and the worst "
-                f"climb: how far the {window}-step\nmean ever rose above its best so far.")
+    common.note(f"{r['n_layers']}-layer DecoderLM, d = {r['n_embd']}, h = {r['n_head']}, "
+                f"{r['init']} init, no dropout; Adam, batch {r['batch_size']} × "
+                f"{city_lab.SEQ_LEN}, {r['steps']} steps, lr constant after\nthe warmup; seeds "
+                f"{r['seeds']} (a seed draws the weights and the batches). Excess cross-entropy "
+                f"over the exact bound\n({city_lab.lower_bound():.4f} nats/token) in mnat/token; "
+                f"for scale: unigram model {unigram:+.0f}, bigram model "
+                f"{r['baselines']['bigram']:+.0f}.")
+    common.note(f"Seed {first}: the mean excess of the fresh batches of each {window} steps (each "
+                "batch is scored before the step that\ntrains on it, so it is held out), the test "
+                f"set's after the last step, and the worst climb: how far the {window}-step\nmean "
+                "ever rose above its best so far.")
     starts = range(0, len(r["runs"][0]["windows"]) * window, window)
-    rows = [[run["placement"], run["lr"], run["warmup"], *run["windows"], run["final"], climb_text(run, r)]
+    rows = [[run["placement"], run["lr"], run["warmup"], *run["windows"], run["final"],
+             climb_text(run, r)]
             for run in r["runs"] if run["seed"] == first]
-    common.table(rows, ["", "lr", "warmup (steps)", *[f"{s + 1}-{s + window}" for s in starts], "test",
+    common.table(rows,
+                 ["", "lr", "warmup (steps)", *[f"{s + 1}-{s + window}" for s in starts], "test",
                         "worst climb"],
-                 floatfmt=("", "g", "d") + (".0f",) * (len(starts) + 1) + ("",), kernel_dependent=True)
+                 floatfmt=("", "g", "d") + (".0f",) * (len(starts) + 1) + ("",),
+                 kernel_dependent=True)
     several = [(config, runs) for config in r["configs"]
-               if len(runs := [run for run in r["runs"] if (run["placement"], run["lr"], run["warmup"]) == config]) > 1]
+               if len(runs := [run for run in r["runs"]
+                               if (run["placement"], run["lr"], run["warmup"]) == config]) > 1]
     if several:
         common.note(f"Over the seeds {r['seeds']}: median (min to max)")
-        rows = [[*config, _spread([run["final"] for run in runs]), _spread([100 * run["climb"] for run in runs], "%")]
+        rows = [[*config, _spread([run["final"] for run in runs]),
+                 _spread([100 * run["climb"] for run in runs], "%")]
                 for config, runs in several]
-        common.table(rows, ["", "lr", "warmup (steps)", "test excess at the end", "worst climb"], floatfmt=("", "g", "d"),
-                     kernel_dependent=True)
+        common.table(rows, ["", "lr", "warmup (steps)", "test excess at the end", "worst climb"],
+                     floatfmt=("", "g", "d"), kernel_dependent=True)
     for line in stability_summary(r):
         common.note(line)
     draw_training_curves(r, args.figures)
 
 
 def stability_summary(r) -> list[str]:
-    """§5.4's statements with the count of seeds where each holds (only for the configurations run)."""
+    """§5.4's statements with the count of seeds where each holds (only for the configurations
+    run)."""
     claims, lines = stability_claims(r), []
     def count(k, n):
         return f"{k} of {n} seed{'s' * (n > 1)}"
@@ -440,15 +490,17 @@ def stability_summary(r) -> list[str]:
                      f"{count(*claims['trains', 'Post-LN', SMALL_LR, 0])}, Pre-LN in "
                      f"{count(*claims['trains', 'Pre-LN', SMALL_LR, 0])}.")
     if ("fails", "Post-LN", LARGE_LR, 0) in claims and ("trains", "Pre-LN", LARGE_LR, 0) in claims:
-        lines.append(f"lr {LARGE_LR:g} without warmup: Post-LN stays at the unigram level (ends above 0.9× its "
-                     f"excess, no better than\nignoring the context) in {count(*claims['fails', 'Post-LN', LARGE_LR, 0])}; "
-                     f"Pre-LN trains in {count(*claims['trains', 'Pre-LN', LARGE_LR, 0])}.")
+        lines.append(f"lr {LARGE_LR:g} without warmup: Post-LN stays at the unigram level (ends "
+                     "above 0.9× its excess, no better than\nignoring the context) in "
+                     f"{count(*claims['fails', 'Post-LN', LARGE_LR, 0])}; Pre-LN trains in "
+                     f"{count(*claims['trains', 'Pre-LN', LARGE_LR, 0])}.")
     for key, (k, n) in claims.items():
         if key[0] == "climbs more":
             warmup = key[1]
             lines.append(f"lr {LARGE_LR:g} after {warmup} warmup steps: Post-LN trains in "
-                         f"{count(*claims['trains', 'Post-LN', LARGE_LR, warmup])}, but unstably: its held-out loss\n"
-                         f"climbs back further than Pre-LN's (no warmup) in {count(k, n)}.")
+                         f"{count(*claims['trains', 'Post-LN', LARGE_LR, warmup])}, but unstably: "
+                         "its held-out loss\nclimbs back further than Pre-LN's (no warmup) in "
+                         f"{count(k, n)}.")
     return lines
 
 
@@ -462,9 +514,11 @@ def draw_training_curves(r, figures_dir):
         for run in (run for run in r["runs"] if run["lr"] == lr):
             config = (run["placement"], run["lr"], run["warmup"])
             first = run["seed"] == r["seeds"][0]
-            label = (f"{run['placement']}, " + (f"warmup {run['warmup']}" if run["warmup"] else "no warmup")
+            label = (f"{run['placement']}, "
+                     + (f"warmup {run['warmup']}" if run["warmup"] else "no warmup")
                      if first else None)
-            moving = np.convolve(run["batch_excess"], np.ones(10) / 10, mode="valid")  # mean of 10 batches
+            # mean of 10 batches
+            moving = np.convolve(run["batch_excess"], np.ones(10) / 10, mode="valid")
             ax.plot(np.arange(10, len(run["batch_excess"]) + 1), moving, color=colors[config],
                     lw=1.0 if first else 0.6, alpha=0.9 if first else 0.35, label=label)
         for name, value in r["baselines"].items():
@@ -477,14 +531,16 @@ def draw_training_curves(r, figures_dir):
         ax.legend(fontsize=8)
     axes[0][0].set_ylabel("held-out batch excess, mnat/token")
     fig.suptitle(f"{r['n_layers']}-layer DecoderLM on the city language: mean of 10 fresh batches "
-                 f"(seed {r['seeds'][0]} bold, seeds {r['seeds'][1:]} faint)" if len(r["seeds"]) > 1 else
+                 f"(seed {r['seeds'][0]} bold, seeds {r['seeds'][1:]} faint)"
+                 if len(r["seeds"]) > 1 else
                  f"{r['n_layers']}-layer DecoderLM on the city language: mean of 10 fresh batches")
     fig.tight_layout()
     common.save_figure(fig, "04_training_curves", figures_dir)
 
 
 SEEDS = 2   # the default of --seeds: how many seeds a training claim is counted over
-PARTS = {1: show_gradient_gain, 2: show_batch_companions, 3: show_layer_grad_norms, 4: show_training_stability}
+PARTS = {1: show_gradient_gain, 2: show_batch_companions, 3: show_layer_grad_norms,
+         4: show_training_stability}
 
 if __name__ == "__main__":
     # part 4's runs may train while parts 1-3 compute

@@ -1,4 +1,5 @@
-"""Script 05 · The training recipe: teacher forcing, label smoothing, warmup, Adam's first step, averaging.
+"""Script 05 · The training recipe: teacher forcing, label smoothing, warmup, Adam's first step, \
+averaging.
 
 Serves notes §7.1 (teacher forcing, part 1), §7.3 (label smoothing and its exact cost on the city
 language, part 2), §7.5 (the learning-rate formula, part 3; Adam's first step, part 4) and §7.6
@@ -6,12 +7,16 @@ language, part 2), §7.5 (the learning-rate formula, part 3; Adam's first step, 
 (lecture 5's tensor.py); parts 2 and 4 check PyTorch's conventions; part 5 trains PyTorch twins with
 city_train.py's harness: --seeds seeds (default 2) × a constant and a decaying lr, 400 steps each.
 
-Part 6 (§7.1's other half, exercise 11) counts the forward passes of training (one) and of generation (one
-per token), the positions computed with and without transformer.py's KV cache (n against n(n+1)/2), and
-scores what a city-language model writes, greedy and sampled, against the language's exact distribution.
+Part 6 (§7.1's other half, exercise 11) counts the forward passes of training (one) and of \
+generation (one
+per token), the positions computed with and without transformer.py's KV cache (n against \
+n(n+1)/2), and
+scores what a city-language model writes, greedy and sampled, against the language's exact \
+distribution.
 Its model is part 5's constant-lr run at --seed (`city_model`).
 
-    python code/lecture06/05_training_recipe.py [--part N] [--seed S] [--seeds N] [--quick] [--no-figures]
+    python code/lecture06/05_training_recipe.py [--part N] [--seed S] [--seeds N] [--quick] \
+[--no-figures]
 """
 from __future__ import annotations
 
@@ -38,19 +43,21 @@ def sci(x: float, digits: int = 2) -> str:
     return f"{mantissa}e{int(exponent)}"
 
 
-# ---- Part 1 · §7.1 teacher forcing ------------------------------------------------------------------
+# ---- Part 1 · §7.1 teacher forcing ---------------------------------------------------------------
 SENTENCE = "I like singing and dancing ."
 
 
 def teacher_forcing(n_embd: int = 16, n_head: int = 2, n_layers: int = 2, seed: int = 0) -> dict:
-    """A causal DecoderLM (eval mode) on <bos> + SENTENCE + <eos>: the log-probabilities of every next
-    token from ONE forward pass over the whole shifted target, against one forward pass per prefix."""
+    """A causal DecoderLM (eval mode) on <bos> + SENTENCE + <eos>: the log-probabilities of every
+    next token from ONE forward pass over the whole shifted target, against one forward pass per
+    prefix."""
     vocab = ["<bos>", "<eos>"] + SENTENCE.split()
     ids = [vocab.index(w) for w in ["<bos>"] + SENTENCE.split() + ["<eos>"]]
     inputs, targets = np.array([ids[:-1]]), np.array(ids[1:])      # (1, 7) shifted right, (7,)
     n_pred = len(targets)
     transformer.set_seed(seed)
-    model = transformer.DecoderLM(len(vocab), n_embd, n_head, n_positions=n_pred, n_layers=n_layers).eval()
+    model = transformer.DecoderLM(len(vocab), n_embd, n_head, n_positions=n_pred,
+                                  n_layers=n_layers).eval()
 
     def log_probs(x) -> np.ndarray:                                # (1, S) ids -> (S, V)
         logits = model(x)
@@ -60,12 +67,14 @@ def teacher_forcing(n_embd: int = 16, n_head: int = 2, n_layers: int = 2, seed: 
         with tensor.count_ops() as ops_one:
             one_pass = log_probs(inputs)                            # every position at once: (7, V)
         with tensor.count_ops() as ops_each:
-            per_prefix = np.stack([log_probs(inputs[:, :t + 1])[-1] for t in range(n_pred)])  # 7 × (V,)
+            # 7 × (V,)
+            per_prefix = np.stack([log_probs(inputs[:, :t + 1])[-1] for t in range(n_pred)])
     picked = one_pass[np.arange(n_pred), targets]
-    return dict(vocab=vocab, inputs=[vocab[i] for i in inputs[0]], targets=[vocab[i] for i in targets],
-                one_pass=one_pass, per_prefix=per_prefix, max_diff=float(np.abs(one_pass - per_prefix).max()),
-                target_log_probs=picked, loss=float(-picked.mean()),
-                forwards=(1, n_pred), positions=(n_pred, n_pred * (n_pred + 1) // 2),
+    return dict(vocab=vocab, inputs=[vocab[i] for i in inputs[0]],
+                targets=[vocab[i] for i in targets], one_pass=one_pass, per_prefix=per_prefix,
+                max_diff=float(np.abs(one_pass - per_prefix).max()), target_log_probs=picked,
+                loss=float(-picked.mean()), forwards=(1, n_pred),
+                positions=(n_pred, n_pred * (n_pred + 1) // 2),
                 ops=(sum(ops_one.values()), sum(ops_each.values())),
                 matmuls=(ops_one["matmul"], ops_each["matmul"]))
 
@@ -73,24 +82,27 @@ def teacher_forcing(n_embd: int = 16, n_head: int = 2, n_layers: int = 2, seed: 
 def show_teacher_forcing(args):
     r = teacher_forcing(seed=args.seed)
     common.header(1, "§7.1", "Teacher forcing: every position's loss from one forward pass")
-    common.note(f"A causal 2-layer DecoderLM (d = 16, random init, eval mode), vocabulary {r['vocab']}.\n"
+    common.note("A causal 2-layer DecoderLM (d = 16, random init, eval mode), vocabulary "
+                f"{r['vocab']}.\n"
                 f"Input (the target shifted right): {' '.join(r['inputs'])}\n"
                 f"Targets ({len(r['targets'])} predictions):       {' '.join(r['targets'])}")
-    common.table([[t, inp, tgt, r["one_pass"][t, r["vocab"].index(tgt)], r["per_prefix"][t, r["vocab"].index(tgt)]]
+    common.table([[t, inp, tgt, r["one_pass"][t, r["vocab"].index(tgt)],
+                   r["per_prefix"][t, r["vocab"].index(tgt)]]
                   for t, (inp, tgt) in enumerate(zip(r["inputs"], r["targets"]))],
-                 ["t", "input", "target", "log p (one pass)", "log p (prefix alone)"], floatfmt=".12f")
+                 ["t", "input", "target", "log p (one pass)", "log p (prefix alone)"],
+                 floatfmt=".12f")
     common.table([["forward passes", *r["forwards"]],
                   ["positions computed", *r["positions"]],
                   ["primitive ops (tensor.py)", *r["ops"]],
                   ["matmuls among them", *r["matmuls"]]],
                  ["", "teacher forcing", "one pass per prefix"])
-    common.note(f"max |difference| over all {r['one_pass'].size} log-probabilities: {r['max_diff']:.1e}; "
-                f"sentence loss {r['loss']:.4f} nats/token either way.\n"
-                "The causal mask makes position t blind to tokens after t, so one pass computes what "
+    common.note(f"max |difference| over all {r['one_pass'].size} log-probabilities: "
+                f"{r['max_diff']:.1e}; sentence loss {r['loss']:.4f} nats/token either way.\nThe "
+                "causal mask makes position t blind to tokens after t, so one pass computes what "
                 f"{r['forwards'][1]} do.")
 
 
-# ---- Part 2 · §7.3 label smoothing ------------------------------------------------------------------
+# ---- Part 2 · §7.3 label smoothing ---------------------------------------------------------------
 def smoothed_targets(V: int, eps: float, correct: int, convention: str) -> np.ndarray:
     """The smoothed one-hot target. 'torch': ε spread over all V classes (F.cross_entropy's
     label_smoothing); 'slides': ε spread over the other V − 1 classes (slides p. 21)."""
@@ -105,7 +117,8 @@ def smoothed_targets(V: int, eps: float, correct: int, convention: str) -> np.nd
     return p
 
 
-def smoothed_optimum(p: np.ndarray, eps: float, convention: str, V: int | None = None) -> np.ndarray:
+def smoothed_optimum(p: np.ndarray, eps: float, convention: str,
+                     V: int | None = None) -> np.ndarray:
     """q* minimising the expected smoothed cross-entropy when the true next-token distribution is p
     (..., V): the expected target, (1−ε)p + ε/V (torch) or (1−ε)p + ε(1−p)/(V−1) (slides).
     Elementwise: p may also hold single probabilities, with V given."""
@@ -122,11 +135,12 @@ def optimal_gap(V: int = 37000, eps: float = 0.1, correct: int = 3) -> dict:
     rows = []
     for convention in ("slides", "torch"):
         p = smoothed_targets(V, eps, correct, convention)
-        formula = math.log(p[correct] / p[(correct + 1) % V])      # softmax(z) = p  <=>  z_i − z_j = log(p_i/p_j)
+        # softmax(z) = p  <=>  z_i − z_j = log(p_i/p_j)
+        formula = math.log(p[correct] / p[(correct + 1) % V])
         z = torch.zeros(1, V, dtype=torch.float64, requires_grad=True)
         target = torch.from_numpy(p)[None]
-        optimizer = torch.optim.LBFGS([z], max_iter=100, tolerance_grad=1e-13, tolerance_change=1e-15,
-                                      line_search_fn="strong_wolfe")
+        optimizer = torch.optim.LBFGS([z], max_iter=100, tolerance_grad=1e-13,
+                                      tolerance_change=1e-15, line_search_fn="strong_wolfe")
 
         def closure():
             optimizer.zero_grad()
@@ -150,9 +164,10 @@ def optimal_gap(V: int = 37000, eps: float = 0.1, correct: int = 3) -> dict:
 
 
 def conventions(V: int = 10, eps: float = 0.1, correct: int = 3, seed: int = 0) -> dict:
-    """Exercise 8: both targets at V = 10, and both gradients. PyTorch's target is read back from its own
-    gradient (p = softmax(z) − ∂loss/∂z); the slides' loss −Σ p log softmax(z) = logsumexp(z) − p·z is
-    built from transformer.py's primitives and differentiated by tensor.py's autodiff."""
+    """Exercise 8: both targets at V = 10, and both gradients. PyTorch's target is read back from
+    its own gradient (p = softmax(z) − ∂loss/∂z); the slides' loss −Σ p log softmax(z) =
+    logsumexp(z) − p·z is built from transformer.py's primitives and differentiated by tensor.py's
+    autodiff."""
     z_np = np.random.default_rng(seed).standard_normal(V)
     softmax = np.exp(z_np - np.logaddexp.reduce(z_np))
     z = torch.tensor(z_np[None], requires_grad=True)
@@ -172,8 +187,8 @@ def conventions(V: int = 10, eps: float = 0.1, correct: int = 3, seed: int = 0) 
 
 def smoothing_cost(epsilons=(0.01, 0.05, 0.1, 0.2)) -> dict:
     """The exact price of label smoothing on the city language's test set. A model trained to the
-    smoothed optimum predicts q* instead of the true p; its test cross-entropy minus the bound is the cost.
-    Argmax: the set of most likely tokens at each test position, for q* and for p."""
+    smoothed optimum predicts q* instead of the true p; its test cross-entropy minus the bound is
+    the cost. Argmax: the set of most likely tokens at each test position, for q* and for p."""
     test = city_lab.test_set()
     p, V = test.p_true, city_lab.V                                    # (N, S, V)
     bound = city_lab.lower_bound()
@@ -184,30 +199,36 @@ def smoothing_cost(epsilons=(0.01, 0.05, 0.1, 0.2)) -> dict:
                    deterministic=-1000 * math.log(1 - eps + eps / V))
         for convention in ("torch", "slides"):
             q = smoothed_optimum(p, eps, convention)
-            cost = city_lab.test_excess_mnats(np.log(q))              # mean −log q*(y) − mean −log p(y)
-            kl = 1000 * float((p * (np.log(np.where(p > 0, p, 1.0)) - np.log(q))).sum(axis=-1).mean())
+            cost = city_lab.test_excess_mnats(np.log(q))          # mean −log q*(y) − mean −log p(y)
+            kl = 1000 * float((p * (np.log(np.where(p > 0, p, 1.0)) -
+                                    np.log(q))).sum(axis=-1).mean())
             same_argmax = (q == q.max(axis=-1, keepdims=True)) == top_p
             row[convention] = dict(cost=cost, cross_entropy=bound + cost / 1000,
                                    perplexity=math.exp(bound + cost / 1000), kl=kl,
                                    argmax_unchanged=int(same_argmax.all(axis=-1).sum()))
         rows.append(row)
     grid = np.linspace(0.0, 0.3, 61)
-    curve = {c: np.array([-1000 * float(np.log(smoothed_optimum(test.p_y, e, c, V) / test.p_y).mean())
-                          for e in grid]) for c in ("torch", "slides")}   # only q*(y) is needed: cheap
+    curve = {c: np.array([-1000 * float(np.log(smoothed_optimum(test.p_y, e, c, V) /
+                                               test.p_y).mean())
+                          # only q*(y) is needed: cheap
+                          for e in grid]) for c in ("torch", "slides")}
     return dict(V=V, bound=bound, perplexity=math.exp(bound), positions=int(np.prod(p.shape[:2])),
-                deterministic_fraction=city_lab.deterministic_fraction(test), rows=rows, grid=grid, curve=curve)
+                deterministic_fraction=city_lab.deterministic_fraction(test), rows=rows, grid=grid,
+                curve=curve)
 
 
 def show_label_smoothing(args):
     g = optimal_gap()
     common.header(2, "§7.3", "Label smoothing: a finite optimum, two conventions, an exact price")
-    common.note(f"V = {g['V']:,}, ε = {g['eps']}: the smoothed loss is minimised where softmax(z) = p, "
-                f"so the correct logit beats the others by log(p_correct/p_other):")
+    common.note(f"V = {g['V']:,}, ε = {g['eps']}: the smoothed loss is minimised where softmax(z) "
+                "= p, so the correct logit beats the others by log(p_correct/p_other):")
     common.table([[row["convention"], f"{row['p_correct']:.7f}", sci(row["p_other"], 4),
-                   f"{row['gap_formula']:.6f}", f"{row['gap_lbfgs']:.6f}", sci(row["others_spread"], 0),
-                   f"{row['softmax_at_gap']:.7f}"] for row in g["rows"]],
-                 ["convention", "p correct", "p other", "gap: formula", "gap: LBFGS on all V logits",
-                  "spread of others", "softmax at the gap"], disable_numparse=True)
+                   f"{row['gap_formula']:.6f}", f"{row['gap_lbfgs']:.6f}",
+                   sci(row["others_spread"], 0), f"{row['softmax_at_gap']:.7f}"]
+                  for row in g["rows"]],
+                 ["convention", "p correct", "p other", "gap: formula",
+                  "gap: LBFGS on all V logits", "spread of others", "softmax at the gap"],
+                 disable_numparse=True)
     gaps = " and ".join(f"{row['gap_formula']:.2f}" for row in g["rows"])
     common.note(f"slides: log((1−ε)(V−1)/ε); PyTorch: log(1 + (1−ε)V/ε); to two decimals {gaps}. "
                 "Without smoothing the gap must go to ∞.")
@@ -215,33 +236,39 @@ def show_label_smoothing(args):
     c = conventions()
     k = c["correct"]
     print()
-    common.note(f"Exercise 8: V = {c['V']}, ε = {c['eps']}, correct class {k}. PyTorch's target read back from "
-                f"its gradient, p = softmax(z) − ∂loss/∂z:")
-    common.table([[i, c["p_slides"][i], c["p_torch"][i], c["p_torch_measured"][i], c["p_torch"][i] - c["p_slides"][i]]
+    common.note(f"Exercise 8: V = {c['V']}, ε = {c['eps']}, correct class {k}. PyTorch's target "
+                "read back from its gradient, p = softmax(z) − ∂loss/∂z:")
+    common.table([[i, c["p_slides"][i], c["p_torch"][i], c["p_torch_measured"][i],
+                   c["p_torch"][i] - c["p_slides"][i]]
                   for i in range(c["V"])],
                  ["class", "slides: 1−ε / ε/(V−1)", "PyTorch: 1−ε+ε/V / ε/V", "PyTorch, measured",
                   "difference"], floatfmt=".4f")
-    common.note(f"correct class: {c['p_torch'][k]:.2f} (PyTorch) vs {c['p_slides'][k]:.2f} (slides), differ by "
-                f"{c['diff_correct']:.3f} (= ε/V); each other class by "
-                f"{c['diff_other']:.4f}.\nBoth gradients are softmax(z) − p: max error {c['torch_grad_error']:.1e} "
-                f"(F.cross_entropy, label_smoothing={c['eps']}), {c['slides_grad_error']:.1e} "
-                "(slides' target, tensor.py autodiff).")
+    common.note(f"correct class: {c['p_torch'][k]:.2f} (PyTorch) vs {c['p_slides'][k]:.2f} "
+                f"(slides), differ by {c['diff_correct']:.3f} (= ε/V); each other class by "
+                f"{c['diff_other']:.4f}.\nBoth gradients are softmax(z) − p: max error "
+                f"{c['torch_grad_error']:.1e} (F.cross_entropy, label_smoothing={c['eps']}), "
+                f"{c['slides_grad_error']:.1e} (slides' target, tensor.py autodiff).")
 
     r = smoothing_cost()
     print()
-    common.note(f"The exact cost on the city language (a vocabulary of {r['V']}): q* = (1−ε)p + ε/V from the true p at each "
-                f"of the {r['positions']:,} test positions,\nthen the test cross-entropy (bound {r['bound']:.4f} "
-                f"nats/token, perplexity {r['perplexity']:.4f}). Cost = cross-entropy − bound, in mnat/token:")
-    common.table([[row["eps"], f"{row['torch']['cross_entropy']:.4f}", f"{row['torch']['perplexity']:.4f}",
-                   f"{row['torch']['cost']:.1f}", f"{row['torch']['kl']:.1f}", f"{row['slides']['cost']:.1f}",
+    common.note(f"The exact cost on the city language (a vocabulary of {r['V']}): q* = (1−ε)p + "
+                f"ε/V from the true p at each of the {r['positions']:,} test positions,\nthen the "
+                f"test cross-entropy (bound {r['bound']:.4f} nats/token, perplexity "
+                f"{r['perplexity']:.4f}). Cost = cross-entropy − bound, in mnat/token:")
+    common.table([[row["eps"], f"{row['torch']['cross_entropy']:.4f}",
+                   f"{row['torch']['perplexity']:.4f}", f"{row['torch']['cost']:.1f}",
+                   f"{row['torch']['kl']:.1f}", f"{row['slides']['cost']:.1f}",
                    f"{row['deterministic']:.1f}", f"{row['ceiling']:.2f}",
-                   f"{row['torch']['argmax_unchanged']:,} / {r['positions']:,}"] for row in r["rows"]],
-                 ["ε", "cross-entropy", "perplexity", "cost (PyTorch q*)", "E KL(p‖q*)", "cost (slides q*)",
-                  "if p were one-hot", "ceiling −log(1−ε)", "argmax unchanged"], disable_numparse=True)
-    common.note(f"{r['deterministic_fraction']:.1%} of the test targets are certain (p = 1): they pay almost "
-                "−log(1−ε) each, the random ones less.\nPerplexity gets worse, but at every position the most "
-                "likely tokens stay the most likely (also the slides' q*: "
-                f"{r['rows'][-1]['slides']['argmax_unchanged']:,} / {r['positions']:,} at ε = {r['rows'][-1]['eps']}).")
+                   f"{row['torch']['argmax_unchanged']:,} / {r['positions']:,}"]
+                  for row in r["rows"]],
+                 ["ε", "cross-entropy", "perplexity", "cost (PyTorch q*)", "E KL(p‖q*)",
+                  "cost (slides q*)", "if p were one-hot", "ceiling −log(1−ε)", "argmax unchanged"],
+                 disable_numparse=True)
+    common.note(f"{r['deterministic_fraction']:.1%} of the test targets are certain (p = 1): they "
+                "pay almost −log(1−ε) each, the random ones less.\nPerplexity gets worse, but at "
+                "every position the most likely tokens stay the most likely (also the slides' q*: "
+                f"{r['rows'][-1]['slides']['argmax_unchanged']:,} / {r['positions']:,} at ε = "
+                f"{r['rows'][-1]['eps']}).")
     draw_smoothing_cost(r, args.figures)
 
 
@@ -251,34 +278,39 @@ def draw_smoothing_cost(r, figures_dir):
     grid = r["grid"]
     fig, ax = plt.subplots(figsize=(6.2, 3.8))
     ax.plot(grid, -1000 * np.log(1 - grid), "k--", lw=1, label="ceiling −log(1−ε)")
-    ax.plot(grid, -1000 * np.log(1 - grid + grid / r["V"]), ":", color="grey", label="if every token were certain")
-    ax.plot(grid, r["curve"]["slides"], "-", color="tab:orange", label="slides' q* = (1−ε)p + ε(1−p)/(V−1)")
+    ax.plot(grid, -1000 * np.log(1 - grid + grid / r["V"]), ":", color="grey",
+            label="if every token were certain")
+    ax.plot(grid, r["curve"]["slides"], "-", color="tab:orange",
+            label="slides' q* = (1−ε)p + ε(1−p)/(V−1)")
     ax.plot(grid, r["curve"]["torch"], "-", color="tab:blue", label="PyTorch's q* = (1−ε)p + ε/V")
     for row in r["rows"]:
         ax.plot(row["eps"], row["torch"]["cost"], "o", color="tab:blue")
-        ax.annotate(f"{row['torch']['cost']:.0f}", (row["eps"], row["torch"]["cost"]), textcoords="offset points",
-                    xytext=(6, -12), fontsize=8, color="tab:blue")
+        ax.annotate(f"{row['torch']['cost']:.0f}", (row["eps"], row["torch"]["cost"]),
+                    textcoords="offset points", xytext=(6, -12), fontsize=8, color="tab:blue")
     ax.set_xlabel("ε")
     ax.set_ylabel("test cross-entropy − bound (mnat/token)")
-    ax.set_title(f"The exact price of label smoothing on the city language (V = {r['V']})", fontsize=10)
+    ax.set_title(f"The exact price of label smoothing on the city language (V = {r['V']})",
+                 fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     common.save_figure(fig, "05_label_smoothing", figures_dir)
 
 
-# ---- Part 3 · §7.5 the learning-rate formula -------------------------------------------------------
+# ---- Part 3 · §7.5 the learning-rate formula -----------------------------------------------------
 def lr_schedule(d_model: int = 512, warmup: int = 4000, last: int = 200_000) -> dict:
-    """transformer.noam_lr: peak, value at 100k, the d = 1024 ratio, the argmax over steps, exercise 7, step 0."""
+    """transformer.noam_lr: peak, value at 100k, the d = 1024 ratio, the argmax over steps, exercise
+    7, step 0."""
     steps = np.arange(1, last + 1)
     lr = transformer.noam_lr(steps, d_model, warmup)
     peak = transformer.noam_lr(warmup, d_model, warmup)
     step_zero = {}
     try:
-        d_model ** -0.5 * min(0 ** -0.5, 0 * warmup ** -1.5)          # the formula typed as Python floats
+        d_model ** -0.5 * min(0 ** -0.5, 0 * warmup ** -1.5)    # the formula typed as Python floats
     except ZeroDivisionError as error:
         step_zero["python"] = f"ZeroDivisionError: {error}"
     with np.errstate(divide="ignore"):
-        step_zero["numpy"] = float(d_model ** -0.5 * np.minimum(np.float64(0) ** -0.5, 0 * warmup ** -1.5))
+        step_zero["numpy"] = float(d_model ** -0.5 * np.minimum(np.float64(0) ** -0.5,
+                                                                0 * warmup ** -1.5))
     try:
         transformer.noam_lr(0, d_model, warmup)
     except ValueError as error:
@@ -286,51 +318,59 @@ def lr_schedule(d_model: int = 512, warmup: int = 4000, last: int = 200_000) -> 
     # torch's LambdaLR evaluates the factor at step 0 when it is built, before the first update
     opt = torch.optim.Adam([torch.zeros(1, requires_grad=True)], lr=1.0)
     try:
-        torch.optim.lr_scheduler.LambdaLR(opt, lambda s: d_model ** -0.5 * min(s ** -0.5, s * warmup ** -1.5))
+        torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda s: d_model ** -0.5 * min(s ** -0.5, s * warmup ** -1.5))
     except ZeroDivisionError as error:
         step_zero["lambda_lr"] = f"ZeroDivisionError: {error}"
-    schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: transformer.noam_lr(s + 1, d_model, warmup))
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: transformer.noam_lr(s + 1, d_model, warmup))
     first_lrs = []
     for _ in range(3):
         first_lrs.append(opt.param_groups[0]["lr"])
         opt.step()
         schedule.step()
     return dict(d_model=d_model, warmup=warmup, steps=steps, lr=lr, peak=peak,
-                argmax=int(steps[np.argmax(lr)]), at_100k=transformer.noam_lr(100_000, d_model, warmup),
-                peak_1024=transformer.noam_lr(warmup, 1024, warmup), ratio_1024=peak / transformer.noam_lr(warmup, 1024, warmup),
+                argmax=int(steps[np.argmax(lr)]),
+                at_100k=transformer.noam_lr(100_000, d_model, warmup),
+                peak_1024=transformer.noam_lr(warmup, 1024, warmup),
+                ratio_1024=peak / transformer.noam_lr(warmup, 1024, warmup),
                 lr_1024=transformer.noam_lr(steps, 1024, warmup),
                 ex7={s: transformer.noam_lr(s, d_model, warmup) for s in (2000, 16000)},
-                ex7_parts=dict(d_factor=d_model ** -0.5, warmup_factor=warmup ** 1.5, rsqrt_16000=16000 ** -0.5),
-                step_one=transformer.noam_lr(1, d_model, warmup), step_zero=step_zero, first_lrs=first_lrs)
+                ex7_parts=dict(d_factor=d_model ** -0.5, warmup_factor=warmup ** 1.5,
+                               rsqrt_16000=16000 ** -0.5),
+                step_one=transformer.noam_lr(1, d_model, warmup), step_zero=step_zero,
+                first_lrs=first_lrs)
 
 
 def show_lr_schedule(args):
     r = lr_schedule()
     d, w = r["d_model"], r["warmup"]
-    common.header(3, "§7.5", f"The paper's learning rate: d^−0.5 · min(step^−0.5, step · warmup^−1.5), "
-                             f"d = {d}, warmup = {w}")
+    common.header(3, "§7.5", "The paper's learning rate: d^−0.5 · min(step^−0.5, step · "
+                             f"warmup^−1.5), d = {d}, warmup = {w}")
     ex7, parts = r["ex7"], r["ex7_parts"]
     common.table([["peak, at step warmup", f"{d}^−0.5 · {w}^−0.5", sci(r["peak"])],
                   [f"argmax over steps 1..{len(r['steps']):,}", "", f"{r['argmax']:,}"],
                   ["step 100k", f"{d}^−0.5 · 100000^−0.5", sci(r["at_100k"])],
                   ["peak at d = 1024", "1024^−0.5 · 4000^−0.5", sci(r["peak_1024"])],
                   ["peak d = 512 / peak d = 1024", "√(1024/512)", f"{r['ratio_1024']:.6f}"],
-                  ["exercise 7: step 2000 (rising)", f"{parts['d_factor']:.4f} × 2000 / {parts['warmup_factor']:,.0f}",
+                  ["exercise 7: step 2000 (rising)",
+                   f"{parts['d_factor']:.4f} × 2000 / {parts['warmup_factor']:,.0f}",
                    sci(ex7[2000])],
-                  ["exercise 7: step 16000 (falling)", f"{parts['d_factor']:.4f} × {parts['rsqrt_16000']:.5f}",
-                   sci(ex7[16000])],
+                  ["exercise 7: step 16000 (falling)",
+                   f"{parts['d_factor']:.4f} × {parts['rsqrt_16000']:.5f}", sci(ex7[16000])],
                   ["both / peak", "2000/4000 = √(4000/16000)", f"{ex7[2000] / r['peak']:.4f}, "
                                                                 f"{ex7[16000] / r['peak']:.4f}"]],
                  ["", "formula", "lr"], disable_numparse=True)
     z = r["step_zero"]
-    common.note(f"\nStep 0 is not in the formula's domain (step^−0.5 = 1/√0):\n"
+    common.note("\nStep 0 is not in the formula's domain (step^−0.5 = 1/√0):\n"
                 f"  Python floats:          {z['python']}\n"
-                f"  numpy:                  min(inf, 0) = {z['numpy']}: a wasted first update (and a RuntimeWarning)\n"
+                f"  numpy:                  min(inf, 0) = {z['numpy']}: a wasted first update "
+                "(and a RuntimeWarning)\n"
                 f"  torch LambdaLR(formula) {z['lambda_lr']} (it evaluates step 0 when built)\n"
                 f"  transformer.noam_lr(0)  {z['noam_lr']}\n"
-                f"Counting updates from 1, the first lr is peak/{w} = {sci(r['step_one'], 3)}, not 0; "
-                f"LambdaLR(lambda s: noam_lr(s + 1)) gives {', '.join(sci(x, 3) for x in r['first_lrs'])} "
-                "for the first three updates.")
+                f"Counting updates from 1, the first lr is peak/{w} = {sci(r['step_one'], 3)}, "
+                f"not 0; LambdaLR(lambda s: noam_lr(s + 1)) gives "
+                f"{', '.join(sci(x, 3) for x in r['first_lrs'])} for the first three updates.")
     draw_lr_schedule(r, args.figures)
 
 
@@ -347,22 +387,24 @@ def draw_lr_schedule(r, figures_dir):
                 xytext=(12, -2), textcoords="offset points", fontsize=8)
     for s, lr in r["ex7"].items():
         ax.plot([s], [lr], "s", color="tab:green", ms=4)
-    ax.annotate(f"steps 2,000 and 16,000: {sci(r['ex7'][2000])} (half the peak)", (16000, r["ex7"][16000]),
-                xytext=(8, 6), textcoords="offset points", fontsize=8, color="tab:green")
+    ax.annotate(f"steps 2,000 and 16,000: {sci(r['ex7'][2000])} (half the peak)",
+                (16000, r["ex7"][16000]), xytext=(8, 6), textcoords="offset points", fontsize=8,
+                color="tab:green")
     ax.plot([100_000], [r["at_100k"]], "ko", ms=3)
     ax.annotate(f"{sci(r['at_100k'])} at 100k", (100_000, r["at_100k"]), xytext=(-70, 10),
                 textcoords="offset points", fontsize=8)
     ax.axvline(r["warmup"], color="grey", lw=0.8, ls=":")
     ax.set_xlabel("step")
     ax.set_ylabel("learning rate")
-    ax.set_title(f"d^−0.5 · min(step^−0.5, step · warmup^−1.5), warmup = {r['warmup']}", fontsize=10)
+    ax.set_title(f"d^−0.5 · min(step^−0.5, step · warmup^−1.5), warmup = {r['warmup']}",
+                 fontsize=10)
     ax.ticklabel_format(axis="y", style="sci", scilimits=(0, 0))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     common.save_figure(fig, "05_lr_schedule", figures_dir)
 
 
-# ---- Part 4 · §7.5 Adam's first step ---------------------------------------------------------------
+# ---- Part 4 · §7.5 Adam's first step -------------------------------------------------------------
 def adam_first_step(gradients=tuple((-1) ** i * 10.0 ** e for i, e in enumerate(range(-6, 4))),
                     lr: float = 1e-3, betas=(0.9, 0.98), epsilons=(1e-9, 1e-8)) -> dict:
     """One Adam step from θ = 0 on one parameter per gradient value, with torch.optim.Adam and with
@@ -377,7 +419,8 @@ def adam_first_step(gradients=tuple((-1) ** i * 10.0 ** e for i, e in enumerate(
         ours = transformer.Parameter(np.zeros(len(g)))
         ours.grad = g.copy()
         transformer.Adam([ours], lr=lr, betas=betas, eps=eps).step()
-        rows[eps] = dict(torch=-theta.detach().numpy() / lr, ours=-ours.data / lr, formula=g / (np.abs(g) + eps))
+        rows[eps] = dict(torch=-theta.detach().numpy() / lr, ours=-ours.data / lr,
+                         formula=g / (np.abs(g) + eps))
     return dict(lr=lr, betas=betas, epsilons=epsilons, rows=rows)
 
 
@@ -386,50 +429,62 @@ def show_adam_first_step(args):
     rows, (e1, e2) = r["rows"], r["epsilons"]
     common.header(4, "§7.5", f"Adam's first step: update ≈ lr · sign(g), lr = {sci(r['lr'], 0)}, "
                              f"β = {r['betas']}")
-    common.note("Bias correction makes m̂ = g and v̂ = g² after one step, so the update is lr · g/(|g| + ε):")
-    common.table([[sci(g, 0), sci(g, 0), *(f"{rows[e][k][i]:+.6f}" for e in (e1, e2) for k in ("torch", "ours")),
+    common.note("Bias correction makes m̂ = g and v̂ = g² after one step, so the update is lr · "
+                "g/(|g| + ε):")
+    common.table([[sci(g, 0), sci(g, 0),
+                   *(f"{rows[e][k][i]:+.6f}" for e in (e1, e2) for k in ("torch", "ours")),
                    f"{rows[e1]['formula'][i]:+.6f}", f"{rows[e2]['formula'][i]:+.6f}"]
                   for i, g in enumerate(rows["gradient"])],
                  ["gradient g", "SGD update/lr", f"Adam ε={sci(e1, 0)}: torch", "ours",
-                  f"ε={sci(e2, 0)} (torch default): torch", "ours", f"g/(|g|+{sci(e1, 0)})", f"g/(|g|+{sci(e2, 0)})"],
+                  f"ε={sci(e2, 0)} (torch default): torch", "ours", f"g/(|g|+{sci(e1, 0)})",
+                  f"g/(|g|+{sci(e2, 0)})"],
                  disable_numparse=True)
-    worst = max(float(np.abs(rows[e][k] - rows[e]["formula"]).max()) for e in (e1, e2) for k in ("torch", "ours"))
-    common.note(f"max |measured − formula| {worst:.1e}. Nine orders of magnitude of gradient, one step size: "
-                "every parameter moves by about lr at once,\nwhatever its gradient. Only when |g| nears ε does "
-                "the step shrink. Warmup keeps these first full-size steps small.")
+    worst = max(float(np.abs(rows[e][k] - rows[e]["formula"]).max()) for e in (e1, e2)
+                for k in ("torch", "ours"))
+    common.note(f"max |measured − formula| {worst:.1e}. Nine orders of magnitude of gradient, one "
+                "step size: every parameter moves by about lr at once,\nwhatever its gradient. "
+                "Only when |g| nears ε does the step shrink. Warmup keeps these first full-size "
+                "steps small.")
 
 
-# ---- Part 5 · §7.6 checkpoint averaging -------------------------------------------------------------
-CITY_MODEL = dict(n_layers=1, n_embd=64, n_head=4)   # part 5's model: 1 layer, so that its runs fit the budget
+# ---- Part 5 · §7.6 checkpoint averaging ----------------------------------------------------------
+# part 5's model: 1 layer, so that its runs fit the budget
+CITY_MODEL = dict(n_layers=1, n_embd=64, n_head=4)
 
 
-def constant_lr_run(seed: int, n_layers: int = 1, n_embd: int = 64, n_head: int = 4, steps: int = 400,
-                    lr: float = 3e-3, checkpoint_every: int = 50) -> dict:
-    """A city_train.run at a CONSTANT lr with a checkpoint every `checkpoint_every` steps, the test set scored
-    after the last step: part 5 averages its checkpoints, part 6 writes with its last one. The seed draws both
-    the initial weights and the batches."""
+def constant_lr_run(seed: int, n_layers: int = 1, n_embd: int = 64, n_head: int = 4,
+                    steps: int = 400, lr: float = 3e-3, checkpoint_every: int = 50) -> dict:
+    """A city_train.run at a CONSTANT lr with a checkpoint every `checkpoint_every` steps, the test
+    set scored after the last step: part 5 averages its checkpoints, part 6 writes with its last
+    one. The seed draws both the initial weights and the batches."""
     return dict(model=dict(n_layers=n_layers, n_embd=n_embd, n_head=n_head, seed=seed),
-                training=dict(steps=steps, lr=lr, seed=seed, eval_every=steps, checkpoint_every=checkpoint_every))
+                training=dict(steps=steps, lr=lr, seed=seed, eval_every=steps,
+                              checkpoint_every=checkpoint_every))
 
 
-def decaying_lr_run(seed: int, n_layers: int = 1, n_embd: int = 64, n_head: int = 4, steps: int = 400,
-                    lr: float = 3e-3, scored_every: int = 50) -> dict:
-    """The same run with the lr decaying linearly to 0, the test set scored every `scored_every` steps."""
+def decaying_lr_run(seed: int, n_layers: int = 1, n_embd: int = 64, n_head: int = 4,
+                    steps: int = 400, lr: float = 3e-3, scored_every: int = 50) -> dict:
+    """The same run with the lr decaying linearly to 0, the test set scored every `scored_every`
+    steps."""
     return dict(model=dict(n_layers=n_layers, n_embd=n_embd, n_head=n_head, seed=seed),
-                training=dict(steps=steps, lr=lr, seed=seed, eval_every=scored_every, schedule="linear"))
+                training=dict(steps=steps, lr=lr, seed=seed, eval_every=scored_every,
+                              schedule="linear"))
 
 
 def test_excess_of(state_dicts: list, model: dict) -> float:
-    """Test excess (mnat/token) of the element-wise average of some checkpoints of a model built as `model`."""
+    """Test excess (mnat/token) of the element-wise average of some checkpoints of a model built as
+    `model`."""
     net = city_train.build_model(**model)
     net.load_state_dict(city_train.average_state_dicts(state_dicts))
     return city_train.evaluate(net)
 
 
-def averaging_runs(seeds, n_layers: int = 1, n_embd: int = 64, n_head: int = 4, steps: int = 400, lr: float = 3e-3,
-                   checkpoint_every: int = 50, decayed: bool = True) -> list[dict]:
-    """Part 5's runs: constant_lr_run at every seed, then (decayed=True) decaying_lr_run at every seed, the
-    first seed's scored at every checkpoint (its curve is drawn), the others' after the last step only."""
+def averaging_runs(seeds, n_layers: int = 1, n_embd: int = 64, n_head: int = 4, steps: int = 400,
+                   lr: float = 3e-3, checkpoint_every: int = 50,
+                   decayed: bool = True) -> list[dict]:
+    """Part 5's runs: constant_lr_run at every seed, then (decayed=True) decaying_lr_run at every
+    seed, the first seed's scored at every checkpoint (its curve is drawn), the others' after the
+    last step only."""
     sizes = dict(n_layers=n_layers, n_embd=n_embd, n_head=n_head, steps=steps, lr=lr)
     runs = [constant_lr_run(seed, **sizes, checkpoint_every=checkpoint_every) for seed in seeds]
     if decayed:
@@ -438,16 +493,17 @@ def averaging_runs(seeds, n_layers: int = 1, n_embd: int = 64, n_head: int = 4, 
     return runs
 
 
-def checkpoint_averaging(seeds=(0, 1, 2), n_layers: int = 1, n_embd: int = 64, n_head: int = 4, steps: int = 400,
-                         lr: float = 3e-3, checkpoint_every: int = 50, ks=(2, 3, 4, 5, None),
-                         decayed: bool = True) -> dict:
-    """Train averaging_runs: for each seed a Pre-LN DecoderLM on the city language at a constant lr and
-    (decayed=True) with the lr decaying. Test excess of the last checkpoint, of the average of the last k checkpoints (k None: all of
-    them) and of the decayed run; each one's difference from the last checkpoint of its own seed, and the
-    median, range and sign count of those differences over the seeds.
+def checkpoint_averaging(seeds=(0, 1, 2), n_layers: int = 1, n_embd: int = 64, n_head: int = 4,
+                         steps: int = 400, lr: float = 3e-3, checkpoint_every: int = 50,
+                         ks=(2, 3, 4, 5, None), decayed: bool = True) -> dict:
+    """Train averaging_runs: for each seed a Pre-LN DecoderLM on the city language at a constant lr
+    and (decayed=True) with the lr decaying. Test excess of the last checkpoint, of the average of
+    the last k checkpoints (k None: all of them) and of the decayed run; each one's difference from
+    the last checkpoint of its own seed, and the median, range and sign count of those differences
+    over the seeds.
 
-    Only seeds[0]'s runs are scored at every checkpoint (its table and figure); the others only at the end,
-    which is all the summary needs (an evaluation costs as much as 6-8 training steps).
+    Only seeds[0]'s runs are scored at every checkpoint (its table and figure); the others only at
+    the end, which is all the summary needs (an evaluation costs as much as 6-8 training steps).
     """
     seeds = list(seeds)
     runs = averaging_runs(seeds, n_layers, n_embd, n_head, steps, lr, checkpoint_every, decayed)
@@ -459,18 +515,23 @@ def checkpoint_averaging(seeds=(0, 1, 2), n_layers: int = 1, n_embd: int = 64, n
         checkpoints = [(step, test_excess_of([state_dict], model) if i == 0 else None)
                        for step, state_dict in constant.checkpoints[:-1]]
         checkpoints.append((constant.checkpoints[-1][0], constant.final_excess))
-        averaged = {k or len(state_dicts): test_excess_of(state_dicts[-(k or len(state_dicts)):], model)
+        averaged = {k or len(state_dicts): test_excess_of(state_dicts[-(k or len(state_dicts)):],
+                                                          model)
                     for k in ks}
         decayed_run = results[len(seeds) + i] if decayed else None
-        per_seed.append(dict(seed=seed, checkpoints=checkpoints, last=constant.final_excess, averaged=averaged,
+        per_seed.append(dict(seed=seed, checkpoints=checkpoints, last=constant.final_excess,
+                             averaged=averaged,
                              decayed=decayed_run.final_excess if decayed else None,
-                             decayed_curve=[(s, e) for s, _, e in decayed_run.curve] if decayed else None))
+                             decayed_curve=([(s, e) for s, _, e in decayed_run.curve] if decayed
+                                            else None)))
     n = len(per_seed[0]["checkpoints"])
     rows = [dict(name="last", k=None, excess=[r["last"] for r in per_seed])]
-    rows += [dict(name="average", k=k, excess=[r["averaged"][k] for r in per_seed]) for k in per_seed[0]["averaged"]]
+    rows += [dict(name="average", k=k, excess=[r["averaged"][k] for r in per_seed])
+             for k in per_seed[0]["averaged"]]
     if decayed:
         rows.append(dict(name="decayed", k=None, excess=[r["decayed"] for r in per_seed]))
-    for row in rows:   # paired with its own seed's last checkpoint: the seeds differ more than the methods do
+    # paired with its own seed's last checkpoint: the seeds differ more than the methods do
+    for row in rows:
         row["vs_last"] = [e - r["last"] for e, r in zip(row["excess"], per_seed)]
         row["beats_last"] = sum(d < 0 for d in row["vs_last"])
         row["spread"], row["vs_last_spread"] = spread(row["excess"]), spread(row["vs_last"])
@@ -483,8 +544,9 @@ def checkpoint_averaging(seeds=(0, 1, 2), n_layers: int = 1, n_embd: int = 64, n
 
 
 def averaging_vs_decay(r: dict, k: int = 5) -> list[float]:
-    """Per seed: what averaging the last k checkpoints gains over the last checkpoint, divided by what decaying
-    the lr gains (1: the same; the notes say averaging does about as much as decaying the lr)."""
+    """Per seed: what averaging the last k checkpoints gains over the last checkpoint, divided by
+    what decaying the lr gains (1: the same; the notes say averaging does about as much as decaying
+    the lr)."""
     rows = {row["k"] or row["name"]: row for row in r["rows"]}
     return [a / d for a, d in zip(rows[k]["vs_last"], rows["decayed"]["vs_last"])]
 
@@ -495,27 +557,31 @@ def spread(values) -> tuple[float, float, float]:
 
 
 def part5_seeds(args) -> list[int]:
-    # --quick: one seed. Shorter runs would not do: the last 5 checkpoints of a 200-step run span a part of the
-    # curve that still falls steeply, and their average loses to the last checkpoint
+    # --quick: one seed. Shorter runs would not do: the last 5 checkpoints of a 200-step run span a
+    # part of the curve that still falls steeply, and their average loses to the last checkpoint
     return common.seeds_of(args)[:1] if args.quick else common.seeds_of(args)
 
 
 def part5_runs(args) -> tuple:
-    """The runs show_checkpoint_averaging will ask for, so that common.main can start them before part 1."""
+    """The runs show_checkpoint_averaging will ask for, so that common.main can start them before
+    part 1."""
     return city_train.run, averaging_runs(part5_seeds(args))
 
 
 def show_checkpoint_averaging(args):
     r = checkpoint_averaging(seeds=part5_seeds(args))
     seeds = r["seeds"]
-    steps, every, n, first, many = r["steps"], r["checkpoint_every"], r["n_checkpoints"], seeds[0], len(seeds) > 1
+    steps, every, n, first, many = (r["steps"], r["checkpoint_every"], r["n_checkpoints"], seeds[0],
+                                    len(seeds) > 1)
     common.header(5, "§7.6", f"Checkpoint averaging at a constant lr of {r['lr']:g}")
-    common.note(f"A {r['n_layers']}-layer Pre-LN DecoderLM (d = {r['n_embd']}, h = {r['n_head']}, Adam, batch 8 × 32, "
-                f"fresh data every step) on the city language,\n{steps} steps, a checkpoint every {every} steps; "
-                f"seed{'s' * many} {', '.join(map(str, seeds))} (a seed draws the initial weights and the batches).\n"
-                f"Test excess over the exact bound in mnat/token, seed {first}:")
+    common.note(f"A {r['n_layers']}-layer Pre-LN DecoderLM (d = {r['n_embd']}, h = {r['n_head']}, "
+                f"Adam, batch 8 × 32, fresh data every step) on the city language,\n{steps} steps, "
+                f"a checkpoint every {every} steps; seed{'s' * many} {', '.join(map(str, seeds))} "
+                "(a seed draws the initial weights and the batches).\nTest excess over the exact "
+                f"bound in mnat/token, seed {first}:")
     common.table([[step, f"{excess:.0f}"] for step, excess in r["checkpoints"]],
-                 ["checkpoint (step)", f"test excess, seed {first}"], disable_numparse=True, kernel_dependent=True)
+                 ["checkpoint (step)", f"test excess, seed {first}"], disable_numparse=True,
+                 kernel_dependent=True)
 
     def label(row) -> str:
         if row["name"] == "last":
@@ -530,33 +596,40 @@ def show_checkpoint_averaging(args):
     for row in r["rows"]:
         (median, lo, hi), (d_median, d_lo, d_hi) = row["spread"], row["vs_last_spread"]
         paired = row["name"] != "last"
-        line = [label(row), f"{row['excess'][0]:.0f}", f"{row['vs_last'][0]:+.0f}" if paired else ""]
+        line = [label(row), f"{row['excess'][0]:.0f}",
+                f"{row['vs_last'][0]:+.0f}" if paired else ""]
         if many:
             line += [f"{median:.0f}", f"{lo:.0f} to {hi:.0f}", f"{d_median:+.0f}" if paired else "",
                      f"{d_lo:+.0f} to {d_hi:+.0f}" if paired else ""]
         table.append(line)
     headers = ["model", f"seed {first}", "vs last"]
     if many:
-        headers += [f"median of {len(seeds)} seeds", "range over seeds", "vs last: median", "vs last: range"]
-    common.note("\nEach model against the last checkpoint of its own seed (vs last = its excess − the last one's):")
+        headers += [f"median of {len(seeds)} seeds", "range over seeds", "vs last: median",
+                    "vs last: range"]
+    common.note("\nEach model against the last checkpoint of its own seed (vs last = its excess − "
+                "the last one's):")
     common.table(table, headers, disable_numparse=True, kernel_dependent=True)
 
-    # The counts print unmarked: on the default seeds every margin is several mnat/token, far more than other
-    # float kernels move these excesses (ATEN_CPU_CAPABILITY=default: by 2 at most). Their sizes carry ⚙.
+    # The counts print unmarked: on the default seeds every margin is several mnat/token, far more
+    # than other float kernels move these excesses (ATEN_CPU_CAPABILITY=default: by 2 at most).
+    # Their sizes carry ⚙.
     rows = {row["k"] or row["name"]: row for row in r["rows"]}
     wins = lambda key: f"{rows[key]['beats_last']} of {len(seeds)}"
     by = lambda key: ("{1:+.0f} to {2:+.0f} (median {0:+.0f})" if many else "{0:+.0f}").format(
         *rows[key]["vs_last_spread"])
-    common.note(f"Against the last checkpoint: averaging the last 5 is better at {wins(5)} seed{'s' * many}; "
-                f"decaying the lr is better at {wins('decayed')};\naveraging all {n} at {wins(n)} (the last 2, 3 "
-                f"and 4: at {rows[2]['beats_last']}, {rows[3]['beats_last']} and {wins(4)}).")
-    common.kernel_note(f"Against the last checkpoint, in mnat/token: the last 5 {by(5)}; the decaying lr {by('decayed')}.")
+    common.note(f"Against the last checkpoint: averaging the last 5 is better at {wins(5)} "
+                f"seed{'s' * many}; decaying the lr is better at {wins('decayed')};\naveraging all "
+                f"{n} at {wins(n)} (the last 2, 3 and 4: at {rows[2]['beats_last']}, "
+                f"{rows[3]['beats_last']} and {wins(4)}).")
+    common.kernel_note(f"Against the last checkpoint, in mnat/token: the last 5 {by(5)}; the "
+                       f"decaying lr {by('decayed')}.")
     gain_ratio = averaging_vs_decay(r)
-    common.kernel_note(f"Averaging the last 5 gains {min(gain_ratio):.1f}-{max(gain_ratio):.1f}× what decaying the lr "
-                       "gains over the last checkpoint (per seed; the notes: about as much).")
-    common.note("At a constant lr the weights keep being pulled around by the latest batches; averaging the last few "
-                "checkpoints\ncancels that jitter, at no training cost. Averaging from early in training drags in "
-                "weights that were still poor.")
+    common.kernel_note(f"Averaging the last 5 gains {min(gain_ratio):.1f}-{max(gain_ratio):.1f}× "
+                       "what decaying the lr gains over the last checkpoint (per seed; the notes: "
+                       "about as much).")
+    common.note("At a constant lr the weights keep being pulled around by the latest batches; "
+                "averaging the last few checkpoints\ncancels that jitter, at no training cost. "
+                "Averaging from early in training drags in weights that were still poor.")
     draw_checkpoint_averaging(r, args.figures)
 
 
@@ -564,21 +637,26 @@ def show_checkpoint_averaging(args):
 def draw_checkpoint_averaging(r, figures_dir):
     import matplotlib.pyplot as plt
     from matplotlib.ticker import NullFormatter, ScalarFormatter
-    fig, (ax, seeds_ax) = plt.subplots(1, 2, figsize=(10.4, 3.9), gridspec_kw=dict(width_ratios=(1.6, 1)))
+    fig, (ax, seeds_ax) = plt.subplots(1, 2, figsize=(10.4, 3.9),
+                                       gridspec_kw=dict(width_ratios=(1.6, 1)))
     ax.plot(*zip(*r["checkpoints"]), "o-", ms=4, color="tab:blue",
             label=f"constant lr {r['lr']:g}: the checkpoints")
     if r["decayed_curve"] is not None:
-        ax.plot(*zip(*r["decayed_curve"][1:]), "s--", ms=3, color="tab:green", label="lr decaying linearly to 0")
+        ax.plot(*zip(*r["decayed_curve"][1:]), "s--", ms=3, color="tab:green",
+                label="lr decaying linearly to 0")
     n, steps = len(r["checkpoints"]), [s for s, _ in r["checkpoints"]]
-    colors = dict(zip(r["averaged"], ("tab:orange", "tab:red", "tab:purple", "tab:pink", "tab:brown")))
+    colors = dict(zip(r["averaged"],
+                      ("tab:orange", "tab:red", "tab:purple", "tab:pink", "tab:brown")))
     for k, excess in r["averaged"].items():
         label = f"average of all {k}" if k == n else f"average of the last {k}"
-        ax.plot([steps[-k], steps[-1]], [excess, excess], "|-", color=colors[k], ms=8, lw=2, zorder=3 + n - k,
-                label=f"{label}: {excess:.0f}")   # shorter bars on top: they may share a height
+        ax.plot([steps[-k], steps[-1]], [excess, excess], "|-", color=colors[k], ms=8, lw=2,
+                # shorter bars on top: they may share a height
+                zorder=3 + n - k, label=f"{label}: {excess:.0f}")
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(ScalarFormatter())
     ax.yaxis.set_minor_formatter(NullFormatter())
-    ax.set_yticks([t for t in (25, 50, 100, 200, 400, 800) if t < 1.2 * max(e for _, e in r["checkpoints"])])
+    ax.set_yticks([t for t in (25, 50, 100, 200, 400, 800)
+                   if t < 1.2 * max(e for _, e in r["checkpoints"])])
     ax.set_xlabel("step")
     ax.set_ylabel("test excess over the bound (mnat/token)")
     ax.set_title(f"Averaging the last checkpoints of a constant-lr run, seed {r['seeds'][0]}\n"
@@ -591,35 +669,40 @@ def draw_checkpoint_averaging(r, figures_dir):
     for x, row in enumerate(rows):
         color = colors.get(row["k"], "tab:green") if row["name"] == "average" else "tab:green"
         seeds_ax.plot([x] * len(row["vs_last"]), row["vs_last"], "o", color=color, alpha=0.7, ms=5)
-        seeds_ax.plot([x - 0.25, x + 0.25], [row["vs_last_spread"][0]] * 2, "-", color="black", lw=1.5)
+        seeds_ax.plot([x - 0.25, x + 0.25], [row["vs_last_spread"][0]] * 2, "-", color="black",
+                      lw=1.5)
     seeds_ax.axhline(0, color="grey", lw=0.8)
-    seeds_ax.set_xticks(range(len(rows)), [f"all {row['k']}" if row["k"] == n else "decay" if row["name"] == "decayed"
+    seeds_ax.set_xticks(range(len(rows)),
+                        [f"all {row['k']}" if row["k"] == n else "decay" if row["name"] == "decayed"
                                            else f"last {row['k']}" for row in rows], fontsize=8)
     seeds_ax.set_ylabel("excess − last checkpoint's (mnat/token)")
-    seeds_ax.set_title(f"{len(r['seeds'])} seed{'s' * (len(r['seeds']) > 1)} (one dot each; bar: median)\n"
-                       "below 0: better than the last checkpoint", fontsize=10)
+    seeds_ax.set_title(f"{len(r['seeds'])} seed{'s' * (len(r['seeds']) > 1)} (one dot each; bar: "
+                       "median)\nbelow 0: better than the last checkpoint", fontsize=10)
     seeds_ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()
     common.save_figure(fig, "05_checkpoint_averaging", figures_dir)
 
 
-# ---- Part 6 · §7.1, exercise 11 training is parallel, generation is serial -------------------------------
+# ---- Part 6 · §7.1, exercise 11 training is parallel, generation is serial -----------------------
 def city_model(seed: int) -> city_train.TrainResult:
-    """Part 5's constant-lr run at `seed` (a 1-layer Pre-LN DecoderLM, d = 64, lr 3e-3, 400 steps, float32
-    torch_ref): the one part 5 trained, if it ran (runner.py keeps it), else trained now; its last checkpoint
-    holds the final weights."""
+    """Part 5's constant-lr run at `seed` (a 1-layer Pre-LN DecoderLM, d = 64, lr 3e-3, 400 steps,
+    float32 torch_ref): the one part 5 trained, if it ran (runner.py keeps it), else trained now;
+    its last checkpoint holds the final weights."""
     return city_train.train_many([constant_lr_run(seed)])[0]
 
 
 def float64_copy(state_dict: dict, n_head: int = CITY_MODEL["n_head"]) -> transformer.DecoderLM:
-    """transformer.DecoderLM (float64, tensor.py) holding the weights of a city_train model (float32,
-    torch_ref): both name their parameters alike, so each tensor is copied by name, its shape checked."""
+    """transformer.DecoderLM (float64, tensor.py) holding the weights of a city_train model
+    (float32, torch_ref): both name their parameters alike, so each tensor is copied by name, its
+    shape checked."""
     n_embd = state_dict["token_embeddings.weights"].shape[1]
     n_layers = len({k.split(".")[1] for k in state_dict if k.startswith("layers.")})
-    ours = transformer.DecoderLM(city_lab.V, n_embd, n_head, n_positions=city_lab.SEQ_LEN, n_layers=n_layers, p_dropout=0.0)
+    ours = transformer.DecoderLM(city_lab.V, n_embd, n_head, n_positions=city_lab.SEQ_LEN,
+                                 n_layers=n_layers, p_dropout=0.0)
     names = [n for n, _ in ours.named_parameters()]
     if sorted(names) != sorted(state_dict):
-        raise ValueError(f"float64_copy: parameter names differ:\n ours:  {names}\n torch: {list(state_dict)}")
+        raise ValueError(f"float64_copy: parameter names differ:\n ours:  {names}\n torch: "
+                         f"{list(state_dict)}")
     for name, p in ours.named_parameters():
         value = state_dict[name].detach().double().numpy()
         if value.shape != p.data.shape:
@@ -639,11 +722,12 @@ def _count_forwards(model: transformer.Module) -> list:
     return calls
 
 
-def serial_generation(model: transformer.DecoderLM, lengths=(8, 16, 31), batch: int = 16, seed: int = 0) -> dict:
-    """Generate n tokens after <bos> for each n in lengths (batch rows, sampled at T = 1, seeded), with and
-    without the KV cache: forward passes (counted, and Generation.n_forward), positions run through the model
-    (Generation.positions_computed) and time, one run each. Then teacher forcing: one forward over the
-    finished windows, which must give every step's logits again."""
+def serial_generation(model: transformer.DecoderLM, lengths=(8, 16, 31), batch: int = 16,
+                      seed: int = 0) -> dict:
+    """Generate n tokens after <bos> for each n in lengths (batch rows, sampled at T = 1, seeded),
+    with and without the KV cache: forward passes (counted, and Generation.n_forward), positions run
+    through the model (Generation.positions_computed) and time, one run each. Then teacher forcing:
+    one forward over the finished windows, which must give every step's logits again."""
     prompt = np.full((batch, 1), city_lab.BOS)
     forwards = _count_forwards(model)
     rows = []
@@ -660,21 +744,26 @@ def serial_generation(model: transformer.DecoderLM, lengths=(8, 16, 31), batch: 
             (full, calls_full, wall_full, cpu_full) = runs[False]
             forwards.clear()
             with no_grad():
-                one_pass = model(np.concatenate([prompt, cached.tokens[:, :-1]], axis=1)).data   # (B, n, V)
+                # (B, n, V)
+                one_pass = model(np.concatenate([prompt, cached.tokens[:, :-1]], axis=1)).data
             rows.append(dict(n=n, forwards_cached=cached.n_forward, forwards_full=full.n_forward,
-                             calls_cached=calls_cached, calls_full=calls_full, calls_teacher=len(forwards),
-                             positions_cached=cached.positions_computed, positions_full=full.positions_computed,
+                             calls_cached=calls_cached, calls_full=calls_full,
+                             calls_teacher=len(forwards),
+                             positions_cached=cached.positions_computed,
+                             positions_full=full.positions_computed,
                              same_tokens=bool((cached.tokens == full.tokens).all()),
                              cache_logits_diff=float(np.abs(cached.logits - full.logits).max()),
                              teacher_logits_diff=float(np.abs(cached.logits - one_pass).max()),
-                             wall_cached=wall_cached, wall_full=wall_full, cpu_cached=cpu_cached, cpu_full=cpu_full))
+                             wall_cached=wall_cached, wall_full=wall_full, cpu_cached=cpu_cached,
+                             cpu_full=cpu_full))
     finally:
         del model.forward                   # the class's forward again
     return dict(batch=batch, rows=rows)
 
 
 def _sentences(words: list) -> list:
-    """Split at "." (and <bos>, which ends a story): the complete sentences, each a tuple of words."""
+    """Split at "." (and <bos>, which ends a story): the complete sentences, each a tuple of
+    words."""
     sentences, current = [], []
     for w in words:
         current.append(w)
@@ -685,11 +774,11 @@ def _sentences(words: list) -> list:
 
 
 def score_against_the_language(windows: np.ndarray, prompt_len: int) -> dict:
-    """Replay each window (token ids from <bos>) through the city language's grammar (city_lab.stories) and
-    score the tokens after the prompt by their true probability p(token | every token before it). A token
-    with p = 0 is one the language forbids; after it the story's state is undefined, so scoring stops there
-    (at most one per window). Also: the continuation's complete sentences that repeat an earlier sentence
-    of the same window."""
+    """Replay each window (token ids from <bos>) through the city language's grammar
+    (city_lab.stories) and score the tokens after the prompt by their true probability p(token |
+    every token before it). A token with p = 0 is one the language forbids; after it the story's
+    state is undefined, so scoring stops there (at most one per window). Also: the continuation's
+    complete sentences that repeat an earlier sentence of the same window."""
     scored = forbidden = clean = repeated = sentences = 0
     log_p = 0.0
     for window in windows:
@@ -714,23 +803,27 @@ def score_against_the_language(windows: np.ndarray, prompt_len: int) -> dict:
             sentences += 1
             repeated += sentence in seen
             seen.add(sentence)
-    return dict(windows=len(windows), scored=scored, forbidden=forbidden, allowed=1 - forbidden / scored,
-                clean=clean, log_p_per_token=log_p / (scored - forbidden), sentences=sentences,
+    return dict(windows=len(windows), scored=scored, forbidden=forbidden,
+                allowed=1 - forbidden / scored, clean=clean,
+                log_p_per_token=log_p / (scored - forbidden), sentences=sentences,
                 repeated=repeated / max(sentences, 1))
 
 
 def generation_quality(seed: int = 0, n_windows: int = 64, prompt_len: int = 6) -> dict:
-    """Continue the first sentence (<bos> NAME lives in CITY .) of n_windows test stories to SEQ_LEN tokens
-    with the float64 copy of city_model(seed), greedy and sampled (T = 1, rng seeded by `seed`), and
-    score each text against the language; the test windows' own continuations are the reference."""
+    """Continue the first sentence (<bos> NAME lives in CITY .) of n_windows test stories to SEQ_LEN
+    tokens with the float64 copy of city_model(seed), greedy and sampled (T = 1, rng seeded by
+    `seed`), and score each text against the language; the test windows' own continuations are the
+    reference."""
     trained = city_model(seed)
     weights = trained.checkpoints[-1][1]
     ours = float64_copy(weights)
     test = city_lab.test_set()
-    windows = np.concatenate([test.x, test.y[:, -1:]], axis=1)[:n_windows, :city_lab.SEQ_LEN]  # (N, 32) from <bos>
+    # (N, 32) from <bos>
+    windows = np.concatenate([test.x, test.y[:, -1:]], axis=1)[:n_windows, :city_lab.SEQ_LEN]
     prompts, n_new = windows[:, :prompt_len], city_lab.SEQ_LEN - prompt_len
     greedy = ours.generate(prompts, n_new)
-    sampled = ours.generate(prompts, n_new, sample=True, temperature=1.0, rng=np.random.default_rng(seed))
+    sampled = ours.generate(prompts, n_new, sample=True, temperature=1.0,
+                            rng=np.random.default_rng(seed))
     texts = {"greedy": np.concatenate([prompts, greedy.tokens], axis=1),
              "sampled": np.concatenate([prompts, sampled.tokens], axis=1)}
     original = city_train.build_model(**CITY_MODEL, seed=seed)
@@ -740,8 +833,9 @@ def generation_quality(seed: int = 0, n_windows: int = 64, prompt_len: int = 6) 
     with no_grad():
         logits = ours(windows[:8])
         mine = (logits - transformer.logsumexp(logits)).data
-    return dict(seed=seed, steps=trained.checkpoints[-1][0], excess=trained.final_excess, n_windows=n_windows,
-                prompt_len=prompt_len, n_new=n_new, float32_vs_float64=float(np.abs(theirs - mine).max()),
+    return dict(seed=seed, steps=trained.checkpoints[-1][0], excess=trained.final_excess,
+                n_windows=n_windows, prompt_len=prompt_len, n_new=n_new,
+                float32_vs_float64=float(np.abs(theirs - mine).max()),
                 language=score_against_the_language(windows, prompt_len),
                 greedy=score_against_the_language(texts["greedy"], prompt_len),
                 sampled=score_against_the_language(texts["sampled"], prompt_len), texts=texts,
@@ -749,28 +843,33 @@ def generation_quality(seed: int = 0, n_windows: int = 64, prompt_len: int = 6) 
                 prompts_distinct=len({tuple(row) for row in prompts}))
 
 
-GENERATION_TIPPING = 0.005   # other float kernels move a generated text's fractions by a token or two at most
+# other float kernels move a generated text's fractions by a token or two at most
+GENERATION_TIPPING = 0.005
 
 
 def generation_over_seeds(seeds, n_windows: int = 64) -> dict:
-    """generation_quality at every seed, and each of part 6's claims as its margin at each seed (> 0 where it
-    holds): greedy text has a smaller share of forbidden tokens than sampled text, a higher true log p per
-    allowed token, and repeats its sentences more often than both the language's own text and sampled text."""
+    """generation_quality at every seed, and each of part 6's claims as its margin at each seed (> 0
+    where it holds): greedy text has a smaller share of forbidden tokens than sampled text, a higher
+    true log p per allowed token, and repeats its sentences more often than both the language's own
+    text and sampled text."""
     city_train.train_many([constant_lr_run(seed) for seed in seeds])   # the models, side by side
     per_seed = [generation_quality(seed=seed, n_windows=n_windows) for seed in seeds]
 
     def forbidden(r):
         return r["forbidden"] / r["scored"]
     return {"seeds": list(seeds), "per_seed": per_seed,
-            "claims": {"fewer_forbidden": [forbidden(q["sampled"]) - forbidden(q["greedy"]) for q in per_seed],
+            "claims": {"fewer_forbidden": [forbidden(q["sampled"]) - forbidden(q["greedy"])
+                                           for q in per_seed],
                        "likelier": [q["greedy"]["log_p_per_token"] - q["sampled"]["log_p_per_token"]
                                     for q in per_seed],
-                       "repeats": [q["greedy"]["repeated"] - max(q["language"]["repeated"], q["sampled"]["repeated"])
+                       "repeats": [q["greedy"]["repeated"] -
+                                   max(q["language"]["repeated"], q["sampled"]["repeated"])
                                    for q in per_seed]}}
 
 
 def _first_forbidden(window: np.ndarray, prompt_len: int) -> int | None:
-    """The position of the first token after the prompt that the language forbids (None: there is none)."""
+    """The position of the first token after the prompt that the language forbids (None: there is
+    none)."""
     story = city_lab.stories()
     distribution = next(story)
     for t, i in enumerate(window[1:], start=1):
@@ -782,7 +881,8 @@ def _first_forbidden(window: np.ndarray, prompt_len: int) -> int | None:
 
 
 def _marked(window: np.ndarray, prompt_len: int) -> str:
-    """The continuation as text; the first token the language forbids shown as [word ✗], the rest cut."""
+    """The continuation as text; the first token the language forbids shown as [word ✗], the rest
+    cut."""
     stop = _first_forbidden(window, prompt_len)
     text = city_lab.decode(window[prompt_len:stop])
     return text if stop is None else f"{text} [{city_lab.VOCAB[window[stop]]} ✗] …".lstrip()
@@ -797,76 +897,94 @@ def show_generation(args):
     steps = q["steps"]
     common.header(6, "§7.1, exercise 11", "Training is parallel, generation is serial")
     B, longest = s["batch"], s["rows"][-1]
-    common.note(f"Part 5's constant-lr model ({steps} steps, float32 torch_ref) copied into transformer.DecoderLM "
-                f"(float64, tensor.py); {B} windows, each from <bos>,\nsampled at T = 1. Forward passes to score, "
-                f"or to write, {longest['n']} tokens per window:")
-    common.table([["training (teacher forcing): all inputs known", longest["calls_teacher"], longest["n"],
-                   "yes" if longest["teacher_logits_diff"] <= 1e-12 else "NO"],
-                  ["generation with the KV cache", longest["calls_cached"], longest["positions_cached"], ""],
-                  ["generation without (the whole prefix each pass)", longest["calls_full"], longest["positions_full"],
+    common.note(f"Part 5's constant-lr model ({steps} steps, float32 torch_ref) copied into "
+                f"transformer.DecoderLM (float64, tensor.py); {B} windows, each from "
+                f"<bos>,\nsampled at T = 1. Forward passes to score, or to write, {longest['n']} "
+                "tokens per window:")
+    common.table([["training (teacher forcing): all inputs known", longest["calls_teacher"],
+                   longest["n"], "yes" if longest["teacher_logits_diff"] <= 1e-12 else "NO"],
+                  ["generation with the KV cache", longest["calls_cached"],
+                   longest["positions_cached"], ""],
+                  ["generation without (the whole prefix each pass)", longest["calls_full"],
+                   longest["positions_full"],
                    "yes" if longest["cache_logits_diff"] <= 1e-12 else "NO"]],
                  headers=["", "forward passes", "positions computed per window",
                           "logits = the cached run's (≤ 1e-12)"], disable_numparse=True)
-    common.note(f"Training scores all {longest['n']} positions in one pass: every input is known, and the causal "
-                "mask keeps each position blind to the later ones.\nGeneration needs one pass per token, one after "
-                "the other: the input of pass t + 1 is the token pass t chose (exercise 11).")
+    common.note(f"Training scores all {longest['n']} positions in one pass: every input is known, "
+                "and the causal mask keeps each position blind to the later ones.\nGeneration "
+                "needs one pass per token, one after the other: the input of pass t + 1 is the "
+                "token pass t chose (exercise 11).")
     print()
-    common.table([[r["n"], r["forwards_cached"], r["positions_cached"], r["forwards_full"], r["positions_full"],
-                   r["n"] * (r["n"] + 1) // 2, f"{r['positions_full'] / r['positions_cached']:.1f}",
+    common.table([[r["n"], r["forwards_cached"], r["positions_cached"], r["forwards_full"],
+                   r["positions_full"], r["n"] * (r["n"] + 1) // 2,
+                   f"{r['positions_full'] / r['positions_cached']:.1f}",
                    "yes" if r["same_tokens"] else "NO"] for r in s["rows"]],
                  headers=["new tokens n", "passes, cache", "positions, cache", "passes, no cache",
-                          "positions, no cache", "n(n+1)/2", "ratio", "same tokens"], disable_numparse=True)
-    common.note("With the cache each pass computes one new position and keeps its keys and values for the later "
-                "ones; without it, pass t recomputes all t positions.")
+                          "positions, no cache", "n(n+1)/2", "ratio", "same tokens"],
+                 disable_numparse=True)
+    common.note("With the cache each pass computes one new position and keeps its keys and values "
+                "for the later ones; without it, pass t recomputes all t positions.")
     for r in s["rows"]:
-        common.timing(f"n = {r['n']:>2}, {B} windows: with the cache {1000 * r['wall_cached']:.0f} ms, without "
-                      f"{1000 * r['wall_full']:.0f} ms: {r['wall_full'] / r['wall_cached']:.1f}× "
-                      f"(CPU time {r['cpu_full'] / r['cpu_cached']:.1f}×; one run each)")
+        common.timing(f"n = {r['n']:>2}, {B} windows: with the cache {1000 * r['wall_cached']:.0f} "
+                      f"ms, without {1000 * r['wall_full']:.0f} ms: "
+                      f"{r['wall_full'] / r['wall_cached']:.1f}× (CPU time "
+                      f"{r['cpu_full'] / r['cpu_cached']:.1f}×; one run each)")
     time_ratio = longest["wall_full"] / longest["wall_cached"]
     positions_ratio = longest["positions_full"] / longest["positions_cached"]
-    why = ("a pass costs mostly tensor.py's fixed cost per\noperation, which the cache does not remove; the wider the "
-           "model and the longer the prefix, the closer the time follows the positions" if time_ratio < positions_ratio
+    why = ("a pass costs mostly tensor.py's fixed cost per\noperation, which the cache does not "
+           "remove; the wider the model and the longer the prefix, the closer the time follows the "
+           "positions" if time_ratio < positions_ratio
            else "the time follows the positions")
-    common.timing(f"At n = {longest['n']} the cache saves {time_ratio:.1f}× the time and {positions_ratio:.1f}× the "
-                  f"positions: at this size (d = {CITY_MODEL['n_embd']}, {B} windows) {why}.")
+    common.timing(f"At n = {longest['n']} the cache saves {time_ratio:.1f}× the time and "
+                  f"{positions_ratio:.1f}× the positions: at this size (d = "
+                  f"{CITY_MODEL['n_embd']}, {B} windows) {why}.")
 
     print()
-    common.note(f"What the model writes, scored against the city language's exact distribution: the first sentence "
-                f"of {q['n_windows']} test stories\n(<bos> NAME lives in CITY .) continued by {q['n_new']} tokens. "
-                "A token is allowed if p_true > 0; a window is scored up to its first forbidden token\n(after it "
-                f"the story's state is undefined). Greedy and sampled rows: the model of seed {q['seed']}.")
+    common.note("What the model writes, scored against the city language's exact distribution: the "
+                f"first sentence of {q['n_windows']} test stories\n(<bos> NAME lives in CITY .) "
+                f"continued by {q['n_new']} tokens. A token is allowed if p_true > 0; a window is "
+                "scored up to its first forbidden token\n(after it the story's state is "
+                f"undefined). Greedy and sampled rows: the model of seed {q['seed']}.")
     rows = []
-    for key, label in (("language", "the language (test windows)"), ("greedy", f"{common.KERNELS} greedy"),
+    for key, label in (("language", "the language (test windows)"),
+                       ("greedy", f"{common.KERNELS} greedy"),
                        ("sampled", f"{common.KERNELS} sampled, T = 1")):
         r = q[key]
         rows.append([label, f"{r['scored']:,}", r["forbidden"], f"{r['allowed']:.4f}",
-                     f"{r['clean']} / {r['windows']}", f"{r['log_p_per_token']:.3f}", f"{r['repeated']:.0%}"])
+                     f"{r['clean']} / {r['windows']}", f"{r['log_p_per_token']:.3f}",
+                     f"{r['repeated']:.0%}"])
     common.table(rows, headers=["text", "tokens scored", "forbidden", "fraction allowed",
                                 "windows with none forbidden", "true log p per allowed token",
                                 "sentences repeated"], disable_numparse=True)
-    common.kernel_note(f"the model: test excess {q['excess']:.0f} mnat/token; float64 copy vs float32 original: "
-                       f"log-probabilities differ by at most {q['float32_vs_float64']:.0e}; "
-                       f"{q['greedy_distinct']} distinct greedy continuations of {q['prompts_distinct']} distinct prompts")
-    example = next((b for b, text in enumerate(q["texts"]["sampled"])   # a derailment with some text before it
+    common.kernel_note(f"the model: test excess {q['excess']:.0f} mnat/token; float64 copy vs "
+                       "float32 original: log-probabilities differ by at most "
+                       f"{q['float32_vs_float64']:.0e}; {q['greedy_distinct']} distinct greedy "
+                       f"continuations of {q['prompts_distinct']} distinct prompts")
+    # a derailment with some text before it
+    example = next((b for b, text in enumerate(q["texts"]["sampled"])
                     if (_first_forbidden(text, q["prompt_len"]) or 0) >= q["prompt_len"] + 8), 0)
-    common.kernel_note(f"window {example}, prompt:  {city_lab.decode(q['texts']['greedy'][example, 1:q['prompt_len']])}")
+    common.kernel_note(f"window {example}, prompt:  "
+                       f"{city_lab.decode(q['texts']['greedy'][example, 1:q['prompt_len']])}")
     for key in ("greedy", "sampled"):
         common.kernel_note(f"{key + ':':<8} {_marked(q['texts'][key][example], q['prompt_len'])}")
     claims, seeds = over_seeds["claims"], over_seeds["seeds"]
-    common.note(f"Over seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))} (each its own model, its own "
-                "sampling):")
+    common.note(f"Over seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))} (each its own "
+                "model, its own sampling):")
     common.count_line("greedy text has a smaller share of forbidden tokens than sampled text",
                       claims["fewer_forbidden"], GENERATION_TIPPING)
-    common.count_line("greedy text has a higher true log-probability per allowed token than sampled text",
+    common.count_line("greedy text has a higher true log-probability per allowed token than "
+                      "sampled text",
                       claims["likelier"], GENERATION_TIPPING)
-    common.count_line("greedy text repeats its sentences more often than the language's text and sampled text",
+    common.count_line("greedy text repeats its sentences more often than the language's text and "
+                      "sampled text",
                       claims["repeats"], GENERATION_TIPPING)
-    common.note("Sampling at T = 1 also draws the small probability the model leaves on impossible tokens, and one "
-                "of them derails the story;\ngreedy decoding avoids them and pays in repetition.")
+    common.note("Sampling at T = 1 also draws the small probability the model leaves on impossible "
+                "tokens, and one of them derails the story;\ngreedy decoding avoids them and pays "
+                "in repetition.")
 
 SEEDS = 2   # the default of --seeds: how many seeds a training claim is counted over
-PARTS = {1: show_teacher_forcing, 2: show_label_smoothing, 3: show_lr_schedule, 4: show_adam_first_step,
-         5: show_checkpoint_averaging, 6: show_generation}
+PARTS = {1: show_teacher_forcing, 2: show_label_smoothing, 3: show_lr_schedule,
+         4: show_adam_first_step, 5: show_checkpoint_averaging, 6: show_generation}
 
 if __name__ == "__main__":
     # part 5's runs may train while parts 1-4 compute

@@ -1,20 +1,26 @@
-"""07 · A movie-review Transformer trained on our own framework: lecture 5's contrast sentences (§9.3)
+"""07 · A movie-review Transformer trained on our own framework: lecture 5's contrast sentences \
+(§9.3)
 
 Serves notes §9.3 (and §2.4, exercise 12). The model is built from tensor.py + transformer.py only:
-token embedding (+ learned positions) -> dropout -> one bidirectional Pre-LN TransformerLayer (pad mask)
+token embedding (+ learned positions) -> dropout -> one bidirectional Pre-LN TransformerLayer (pad \
+mask)
 -> LayerNorm -> mean over the non-pad tokens -> Linear to 2 classes; loss transformer.softmax_loss.
 The data are lecture 5's reviews (code/lecture05/reviews.py: plain, negation, contrast sentences).
 
-Part 1 · §9.3  parity: the same initialisation, batches and dropout masks as a PyTorch twin (torch_ref
+Part 1 · §9.3  parity: the same initialisation, batches and dropout masks as a PyTorch twin \
+(torch_ref
                modules), 20 Adam steps; per-step losses and their max difference (notes: 2.2e-16).
-Part 2 · §9.3  accuracy by kind on lecture 5's test set: bag-of-words, the Transformer without and with
+Part 2 · §9.3  accuracy by kind on lecture 5's test set: bag-of-words, the Transformer without and \
+with
                positions; each contrast pair's logits differ by rounding only without positions.
 Part 3 · §9.3  attention in "the plot was good but the acting was bad": the weight each position
                receives, averaged over the heads and the 9 queries (the notes: most on position 8).
 Parts 2 and 3 train the Transformers at --seeds seeds (default 2: --seed, --seed+1, ...), print
-the first seed's tables and the spread over the seeds, and count at how many seeds each claim holds. A
+the first seed's tables and the spread over the seeds, and count at how many seeds each claim \
+holds. A
 count is marked ⚙ unless every seed decides it, either way, by more than other float kernels move a
-trained model (TIPPING). Part 3 looks at Part 2's models. PyTorch appears only in Part 1; everything else
+trained model (TIPPING). Part 3 looks at Part 2's models. PyTorch appears only in Part 1; \
+everything else
 trains with tensor.py.
 """
 from __future__ import annotations
@@ -36,18 +42,22 @@ N_EMBD, N_HEAD, P_DROPOUT = 32, 4, 0.1
 LR, BATCH_SIZE, STEPS, QUICK_STEPS = 2e-2, 64, 200, 100   # Adam; lr decays linearly to 0
 PARITY_STEPS = 20
 MODELS = {"Transformer, no positions": False, "Transformer, learned positions": True}
-ROUNDING = 1e-12   # float64 rounding through one layer is ~1e-15: a pair difference below this is "equal"
-# Other float kernels (OPENBLAS_CORETYPE=Sandybridge against Haswell) change a model trained 200 steps by up
-# to about 1e-4 in its logits and 1e-5 in its attention weights (rounding, amplified by 200 Adam steps). A claim
-# that every seed decides, either way, by 100 times that prints the same count on any CPU.
+# float64 rounding through one layer is ~1e-15: a pair difference below this is "equal"
+ROUNDING = 1e-12
+# Other float kernels (OPENBLAS_CORETYPE=Sandybridge against Haswell) change a model trained 200
+# steps by up to about 1e-4 in its logits and 1e-5 in its attention weights (rounding, amplified by
+# 200 Adam steps). A claim that every seed decides, either way, by 100 times that prints the same
+# count on any CPU.
 TIPPING = 1e-2
 
 
 class SentimentTransformer(transformer.Module):
-    """embedding (+ positions) -> dropout -> one bidirectional layer -> ln -> masked mean -> classifier."""
+    """embedding (+ positions) -> dropout -> one bidirectional layer -> ln -> masked mean ->
+    classifier."""
 
     def __init__(self, positions: bool, n_vocab: int = len(reviews.VOCAB), n_embd: int = N_EMBD,
-                 n_head: int = N_HEAD, n_positions: int = reviews.MAX_LEN, p_dropout: float = P_DROPOUT):
+                 n_head: int = N_HEAD, n_positions: int = reviews.MAX_LEN,
+                 p_dropout: float = P_DROPOUT):
         self.token_embeddings = transformer.Embedding(n_vocab, n_embd)
         self.position_embeddings = transformer.Embedding(n_positions, n_embd) if positions else None
         self.dropout = transformer.Dropout(p_dropout)
@@ -67,14 +77,15 @@ class SentimentTransformer(transformer.Module):
             x = x + self.position_embeddings(np.arange(ids.shape[1])[None, :])  # (1, S, D) over B
         x = self.ln(self.layer(self.dropout(x), pad_mask=pad_mask))
         keep = ~np.asarray(pad_mask)
-        weights = (keep / keep.sum(axis=1, keepdims=True))[:, :, None]      # (B, S, 1), rows sum to 1
-        return self.classifier((x * weights).sum(axis=1))                    # (B, S, D) -> (B, D) -> (B, 2)
+        weights = (keep / keep.sum(axis=1, keepdims=True))[:, :, None]    # (B, S, 1), rows sum to 1
+        return self.classifier((x * weights).sum(axis=1))            # (B, S, D) -> (B, D) -> (B, 2)
 
 
 def batch_order(n_examples: int, steps: int, seed: int) -> list:
     """The row indices of each training batch: reshuffled every epoch, the same for both twins."""
     rng = np.random.default_rng(seed)
-    order = np.concatenate([rng.permutation(n_examples) for _ in range(steps * BATCH_SIZE // n_examples + 1)])
+    order = np.concatenate([rng.permutation(n_examples)
+                            for _ in range(steps * BATCH_SIZE // n_examples + 1)])
     return [order[i * BATCH_SIZE:(i + 1) * BATCH_SIZE] for i in range(steps)]
 
 
@@ -88,14 +99,16 @@ def adam_step(model, optimizer, data, rows) -> float:
 
 
 def train_transformer(positions: bool, seed: int, steps: int) -> tuple:
-    """Train one SentimentTransformer with our Adam on lecture 5's training set -> (model, losses)."""
+    """Train one SentimentTransformer with our Adam on lecture 5's training set -> (model,
+    losses)."""
     transformer.set_seed(seed)
     model = SentimentTransformer(positions).train()
     data = reviews.train_set()
     optimizer = transformer.Adam(model.parameters(), lr=LR)
     losses = []
     for step, rows in enumerate(batch_order(len(data), steps, seed)):
-        optimizer.lr = LR * (1 - step / steps)   # linear decay: the last steps settle instead of jumping
+        # linear decay: the last steps settle instead of jumping
+        optimizer.lr = LR * (1 - step / steps)
         losses.append(adam_step(model, optimizer, data, rows))
     return model.eval(), losses
 
@@ -106,14 +119,16 @@ def transformer_runs(seeds, steps: int, positions=tuple(MODELS.values())) -> lis
 
 
 def train_transformers(runs: list) -> list:
-    """[train_transformer(**run) for run in runs]: the same (model, losses) in the same order, each trained
-    once per process (runner.py keeps them, and trains them side by side on the machine's cores)."""
+    """[train_transformer(**run) for run in runs]: the same (model, losses) in the same order, each
+    trained once per process (runner.py keeps them, and trains them side by side on the machine's
+    cores)."""
     return runner.map(train_transformer, runs)
 
 
 @functools.lru_cache(maxsize=None)
 def train_bag_of_words() -> BagOfWords:
-    """Full-batch gradient descent from zero weights: no randomness, so one model serves every seed."""
+    """Full-batch gradient descent from zero weights: no randomness, so one model serves every
+    seed."""
     model = BagOfWords()
     model.fit(reviews.train_set())
     return model
@@ -129,11 +144,12 @@ def logits_of(model, data) -> np.ndarray:
 
 
 # ---- Part 1 ----------------------------------------------------------------------------------
-# torch's default is one thread per core; on matrices this small two threads only wait for each other,
-# and on a loaded machine OpenMP's waiting made these 20 steps 6-10x slower (threads.py)
+# torch's default is one thread per core; on matrices this small two threads only wait for each
+# other, and on a loaded machine OpenMP's waiting made these 20 steps 6-10x slower (threads.py)
 @threads.torch_threads(1)
 def parity(seed: int = common.DEFAULT_SEED, steps: int = PARITY_STEPS) -> dict:
-    """Our model and its torch twin, same init, batches and dropout masks, `steps` Adam steps each."""
+    """Our model and its torch twin, same init, batches and dropout masks, `steps` Adam steps
+    each."""
     import torch
     import torch_ref
 
@@ -153,7 +169,8 @@ def parity(seed: int = common.DEFAULT_SEED, steps: int = PARITY_STEPS) -> dict:
 
         def forward(self, ids, pad_mask):
             ids, keep = torch.as_tensor(ids), torch.as_tensor(~pad_mask, dtype=torch.float64)
-            x = self.token_embeddings(ids) + self.position_embeddings(torch.arange(ids.shape[1]))[None]
+            x = (self.token_embeddings(ids) +
+                 self.position_embeddings(torch.arange(ids.shape[1]))[None])
             x = self.ln(self.layer(self.dropout(x), pad_mask=pad_mask))
             return self.classifier((x * (keep / keep.sum(1, keepdim=True))[:, :, None]).sum(1))
 
@@ -165,7 +182,8 @@ def parity(seed: int = common.DEFAULT_SEED, steps: int = PARITY_STEPS) -> dict:
     torch_optimizer = torch.optim.Adam(twin.parameters(), lr=LR)
     ours_losses, torch_losses = [], []
     for rows in batch_order(len(data), steps, seed):
-        ours_losses.append(adam_step(ours, optimizer, data, rows))   # ours first: the twin reuses its masks
+        # ours first: the twin reuses its masks
+        ours_losses.append(adam_step(ours, optimizer, data, rows))
         loss = torch.nn.functional.cross_entropy(twin(data.ids[rows], data.pad_mask[rows]),
                                                  torch.as_tensor(data.labels[rows]))
         torch_optimizer.zero_grad()
@@ -178,13 +196,15 @@ def parity(seed: int = common.DEFAULT_SEED, steps: int = PARITY_STEPS) -> dict:
 
 def show_parity(args):
     r = parity(args.seed)
-    common.header(1, "§9.3", f"Same initialisation, batches and dropout masks as PyTorch: {len(r['ours'])} Adam "
-                             "steps")
+    common.header(1, "§9.3", "Same initialisation, batches and dropout masks as PyTorch: "
+                             f"{len(r['ours'])} Adam steps")
     rows = [(i + 1, a, b, abs(a - b)) for i, (a, b) in enumerate(zip(r["ours"], r["torch"]))]
-    # the last digits of a float64 loss depend on the CPU's float kernels (the order of BLAS's sums): ⚙
+    # the last digits of a float64 loss depend on the CPU's float kernels (the order of BLAS's
+    # sums): ⚙
     common.table(rows, ["step", "loss, ours (tensor.py)", "loss, PyTorch twin", "|difference|"],
                  floatfmt=(".0f", ".15f", ".15f", ".1e"), kernel_dependent=True)
-    common.kernel_note(f"max difference over {len(rows)} steps: {r['max_difference']:.1e}   (notes: 2.2e-16)")
+    common.kernel_note(f"max difference over {len(rows)} steps: {r['max_difference']:.1e}   "
+                       "(notes: 2.2e-16)")
     agree = sum(abs(a - b) <= 1e-14 for _, a, b, _ in rows)
     print(f"the two losses agree to float64 rounding (≤ 1e-14) at {agree} of {len(rows)} steps")
 
@@ -196,35 +216,40 @@ def accuracy_by_kind(predictions: np.ndarray, data) -> dict:
 
 
 def smallest_margin(logits: np.ndarray, data) -> dict:
-    """kind -> min over its sentences of z_label - z_other: > 0 iff every one is right, and by how much;
-    < 0: how far the worst one is wrong."""
+    """kind -> min over its sentences of z_label - z_other: > 0 iff every one is right, and by how
+    much; < 0: how far the worst one is wrong."""
     rows = np.arange(len(data.labels))
     margin = logits[rows, data.labels] - logits[rows, 1 - data.labels]
     return {kind: float(margin[data.kinds == kind].min()) for kind in reviews.KINDS}
 
 
 def pair_difference(scores: np.ndarray, data) -> float:
-    """max |scores(s) - scores(twin of s)| over the contrast sentences: ~0 for a model blind to order."""
+    """max |scores(s) - scores(twin of s)| over the contrast sentences: ~0 for a model blind to
+    order."""
     pairs = data.twin >= 0
     return float(np.abs(scores - scores[data.twin])[pairs].max())
 
 
 def accuracy(seeds=(common.DEFAULT_SEED,), steps: int = STEPS) -> dict:
-    """Accuracy by kind on lecture 5's test set, the Transformers trained `steps` Adam steps at each seed.
+    """Accuracy by kind on lecture 5's test set, the Transformers trained `steps` Adam steps at each
+    seed.
 
-    Returns {"seeds": seeds, "bag-of-words": {kind: accuracy, "pair_difference": max |Δ score| over the
-    contrast pairs} (no randomness: one model for every seed), for each name in MODELS a list with one
-    such dict per seed (with its "seed", "margin": smallest_margin and "undecided": the smallest |z1 - z0|
-    of a contrast sentence), "claims": each claim's margin at every seed (see accuracy_claims)}.
+    Returns {"seeds": seeds, "bag-of-words": {kind: accuracy, "pair_difference": max |Δ score| over
+    the contrast pairs} (no randomness: one model for every seed), for each name in MODELS a list
+    with one such dict per seed (with its "seed", "margin": smallest_margin and "undecided": the
+    smallest |z1 - z0| of a contrast sentence), "claims": each claim's margin at every seed (see
+    accuracy_claims)}.
     """
     seeds = list(seeds)
     test = reviews.test_set()
     bag = train_bag_of_words()
     results = {"seeds": seeds,
                "bag-of-words": dict(accuracy_by_kind(bag.predict(test.ids), test),
-                                    pair_difference=pair_difference(bag.score(test.ids).data, test))}
+                                    pair_difference=pair_difference(bag.score(test.ids).data,
+                                                                    test))}
     runs = transformer_runs(seeds, steps)
-    trained = {(run["positions"], run["seed"]): model for run, (model, _) in zip(runs, train_transformers(runs))}
+    trained = {(run["positions"], run["seed"]): model
+               for run, (model, _) in zip(runs, train_transformers(runs))}
     contrast = test.kinds == "contrast"
     for name, positions in MODELS.items():
         results[name] = []
@@ -233,18 +258,21 @@ def accuracy(seeds=(common.DEFAULT_SEED,), steps: int = STEPS) -> dict:
             results[name].append(dict(accuracy_by_kind(logits.argmax(axis=1), test), seed=seed,
                                       pair_difference=pair_difference(logits, test),
                                       margin=smallest_margin(logits, test),
-                                      undecided=float(np.abs(logits[contrast, 1] - logits[contrast, 0]).min())))
+                                      undecided=float(np.abs(logits[contrast, 1] -
+                                                             logits[contrast, 0]).min())))
     results["claims"] = accuracy_claims(results)
     return results
 
 
 def accuracy_claims(r: dict) -> dict:
-    """§9.3's and exercise 12's claims -> their margin at each seed: > 0 where the claim holds, < 0 where
-    it fails; how far from tipping either way."""
+    """§9.3's and exercise 12's claims -> their margin at each seed: > 0 where the claim holds, < 0
+    where it fails; how far from tipping either way."""
     blind, learned = r["Transformer, no positions"], r["Transformer, learned positions"]
-    # Twins whose logits agree to rounding land on the same side of 0 unless a logit gap is itself at
-    # rounding level, so one of the two is right: exactly 50%, however small the gap is otherwise.
-    return {"blind_pairs_equal": [v["undecided"] if v["pair_difference"] <= ROUNDING and v["contrast"] == 0.5
+    # Twins whose logits agree to rounding land on the same side of 0 unless a logit gap is itself
+    # at rounding level, so one of the two is right: exactly 50%, however small the gap is
+    # otherwise.
+    return {"blind_pairs_equal": [v["undecided"]
+                                  if v["pair_difference"] <= ROUNDING and v["contrast"] == 0.5
                                   else -v["pair_difference"] for v in blind],
             "blind_negation": [v["margin"]["negation"] for v in blind],
             "positions_contrast": [v["margin"]["contrast"] for v in learned]}
@@ -261,7 +289,8 @@ def _difference(values) -> str:
 
 
 def part2_runs(args) -> tuple:
-    """The models show_accuracy will ask for, so that common.main can start training them before Part 1."""
+    """The models show_accuracy will ask for, so that common.main can start training them before
+    Part 1."""
     return train_transformer, transformer_runs(common.seeds_of(args), steps_of(args))
 
 
@@ -280,23 +309,27 @@ def show_accuracy(args):
 
     common.header(2, "§9.3", "Lecture 5's test set: accuracy by sentence kind")
     print(f"seed {seeds[0]}, the Transformers after {steps} Adam steps:")
-    common.table([row("bag-of-words", [r["bag-of-words"]])] + [row(name, r[name][:1]) for name in MODELS],
+    common.table([row("bag-of-words", [r["bag-of-words"]])]
+                 + [row(name, r[name][:1]) for name in MODELS],
                  headers, disable_numparse=True)
     if len(seeds) > 1:
-        print(f"\nlowest-highest over {len(seeds)} seeds ({', '.join(map(str, seeds))}) (bag-of-words has no "
-              f"randomness:\nfull-batch gradient descent from zero weights, the same model at every seed):")
+        print(f"\nlowest-highest over {len(seeds)} seeds ({', '.join(map(str, seeds))}) "
+              "(bag-of-words has no randomness:\nfull-batch gradient descent from zero weights, "
+              "the same model at every seed):")
         common.table([row(name, r[name]) for name in MODELS], headers, disable_numparse=True)
     print()
     c = r["claims"]
-    common.count_line(f"without positions, every contrast pair's logits are equal to rounding (≤ {ROUNDING:.0e}), so "
-                      "contrast is exactly 50%", c["blind_pairs_equal"], tipping=ROUNDING)
+    common.count_line("without positions, every contrast pair's logits are equal to rounding (≤ "
+                      f"{ROUNDING:.0e}), so contrast is exactly 50%", c["blind_pairs_equal"],
+                      tipping=ROUNDING)
     common.count_line("without positions, negation all correct", c["blind_negation"], TIPPING)
-    common.count_line("with learned positions, contrast all correct", c["positions_contrast"], TIPPING)
+    common.count_line("with learned positions, contrast all correct", c["positions_contrast"],
+                      TIPPING)
     blind_contrast = _percent([v["contrast"] for v in r["Transformer, no positions"]])
-    print("A contrast pair has the same words in another order: without positions both sentences get the same\n"
-          f"scores (to rounding), so one of the two is right and the other wrong: contrast {blind_contrast} "
-          "without positions.\nBag-of-words gives \"not\" one weight whatever it negates; trained mostly on plain "
-          "reviews, it reads \"not bad\" as \"bad\".")
+    print("A contrast pair has the same words in another order: without positions both sentences "
+          "get the same\nscores (to rounding), so one of the two is right and the other wrong: "
+          f"contrast {blind_contrast} without positions.\nBag-of-words gives \"not\" one weight "
+          "whatever it negates; trained mostly on plain reviews, it reads \"not bad\" as \"bad\".")
     draw_accuracy(r, args.figures)
 
 
@@ -308,31 +341,37 @@ def draw_accuracy(r: dict, figures_dir):
     models = {"bag-of-words": [r["bag-of-words"]], **{name: r[name] for name in MODELS}}
     for i, (name, results) in enumerate(models.items()):
         x = np.arange(len(reviews.KINDS)) + (i - 1) * width
-        values = np.array([[100 * v[kind] for kind in reviews.KINDS] for v in results])   # (seeds, kinds)
+        # (seeds, kinds)
+        values = np.array([[100 * v[kind] for kind in reviews.KINDS] for v in results])
         mean = values.mean(axis=0)
-        bars = ax.bar(x, mean, width, label=name, yerr=[mean - values.min(axis=0), values.max(axis=0) - mean],
-                      capsize=2, error_kw={"lw": 0.8})
+        bars = ax.bar(x, mean, width, label=name,
+                      yerr=[mean - values.min(axis=0), values.max(axis=0) - mean], capsize=2,
+                      error_kw={"lw": 0.8})
         ax.bar_label(bars, fmt="%.0f", fontsize=8)
     ax.axhline(50, color="grey", lw=0.8, ls="--")
     ax.set_xticks(np.arange(len(reviews.KINDS)), reviews.KINDS)
     ax.set_ylabel("test accuracy (%)")
     ax.set_ylim(0, 115)
     seeds = r["seeds"]
-    ax.set_title(f"Lecture 5's test set: who reads negation and contrast\n(Transformers: mean over {len(seeds)} "
-                 f"seed{'s' if len(seeds) > 1 else ''}, whiskers lowest-highest)", fontsize=10)
+    ax.set_title("Lecture 5's test set: who reads negation and contrast\n(Transformers: mean over "
+                 f"{len(seeds)} seed{'s' if len(seeds) > 1 else ''}, whiskers "
+                 "lowest-highest)", fontsize=10)
     ax.legend(fontsize=8, loc="upper center", ncol=3, bbox_to_anchor=(0.5, -0.1))
     common.save_figure(fig, "07_accuracy", figures_dir)
 
 
 # ---- Part 3 ----------------------------------------------------------------------------------
-DECIDING, BUT = 8, 4   # in a contrast sentence: the adjective after "but" (it decides the label), and "but"
+# in a contrast sentence: the adjective after "but" (it decides the label), and "but"
+DECIDING, BUT = 8, 4
 
 
-def attention(seed: int = common.DEFAULT_SEED, steps: int = STEPS, sentence: str = reviews.NOTES_SENTENCE) -> dict:
+def attention(seed: int = common.DEFAULT_SEED, steps: int = STEPS,
+              sentence: str = reviews.NOTES_SENTENCE) -> dict:
     """Attention of the with-positions model trained `steps` Adam steps at `seed`, on `sentence`.
 
     Returns: words; weights (h, S, S) for that sentence; received (S,) the weight each position
-    receives, averaged over the heads and over the (non-pad) queries; argmax and order of `received`.
+    receives, averaged over the heads and over the (non-pad) queries; argmax and order of
+    `received`.
     """
     [(model, _)] = train_transformers([dict(positions=True, seed=seed, steps=steps)])
     ids, pad_mask = reviews.encode([sentence])
@@ -344,16 +383,18 @@ def attention(seed: int = common.DEFAULT_SEED, steps: int = STEPS, sentence: str
     return {"seed": seed, "words": sentence.split(), "weights": weights, "received": received,
             "argmax": int(received.argmax()), "order": [int(i) for i in np.argsort(-received)],
             "prediction": int(logits.argmax()), "label": reviews.label_of(sentence),
-            "logit_margin": float(logits[reviews.label_of(sentence)] - logits[1 - reviews.label_of(sentence)])}
+            "logit_margin": float(logits[reviews.label_of(sentence)] -
+                                  logits[1 - reviews.label_of(sentence)])}
 
 
 def attention_over_seeds(seeds=(common.DEFAULT_SEED,), steps: int = STEPS,
                          sentence: str = reviews.NOTES_SENTENCE) -> dict:
-    """attention() at every seed -> {"seeds", "per_seed": [one attention() per seed], "claims": the margin
-    at each seed (> 0 where it holds) by which position 8 receives the most, "but" (position 4) the
-    second most, the prediction is right}."""
+    """attention() at every seed -> {"seeds", "per_seed": [one attention() per seed], "claims": the
+    margin at each seed (> 0 where it holds) by which position 8 receives the most, "but" (position
+    4) the second most, the prediction is right}."""
     seeds = list(seeds)
-    train_transformers(transformer_runs(seeds, steps, positions=(True,)))   # all seeds at once, side by side
+    # all seeds at once, side by side
+    train_transformers(transformer_runs(seeds, steps, positions=(True,)))
     per_seed = [attention(seed, steps, sentence) for seed in seeds]
     return {"seeds": seeds, "per_seed": per_seed,
             "claims": {"most_on_deciding": [most_margin(r["received"], DECIDING) for r in per_seed],
@@ -367,8 +408,8 @@ def most_margin(received: np.ndarray, i: int) -> float:
 
 
 def second_margin(received: np.ndarray, i: int) -> float:
-    """> 0: position i is second, by the smaller of its gaps to the first and the third; < 0: minus its
-    gap to whatever is second."""
+    """> 0: position i is second, by the smaller of its gaps to the first and the third; < 0: minus
+    its gap to whatever is second."""
     order = np.argsort(-received)
     if order[1] == i:
         return float(min(received[order[0]] - received[i], received[i] - received[order[2]]))
@@ -379,9 +420,11 @@ def show_attention(args):
     seeds, steps = common.seeds_of(args), steps_of(args)
     s = attention_over_seeds(seeds, steps)
     r = s["per_seed"][0]
-    common.header(3, "§9.3", f"What the model with positions attends to in \"{reviews.NOTES_SENTENCE}\"")
+    common.header(3, "§9.3",
+                  f"What the model with positions attends to in \"{reviews.NOTES_SENTENCE}\"")
     print(f"seed {seeds[0]}, after {steps} Adam steps:")
-    rows = [(i, w, r["received"][i], *(r["weights"][:, :, i].mean(axis=1))) for i, w in enumerate(r["words"])]
+    rows = [(i, w, r["received"][i], *(r["weights"][:, :, i].mean(axis=1)))
+            for i, w in enumerate(r["words"])]
     heads = [f"head {h}" for h in range(r["weights"].shape[0])]
     common.table(rows, ["position", "word", "weight received (mean over heads, queries)"] + heads,
                  floatfmt=".3f", kernel_dependent=True)
@@ -397,15 +440,18 @@ def show_attention(args):
 
     if len(seeds) > 1:
         print(f"\nat each of {len(seeds)} seeds:")
-        # the headers are wider than any cell, so that the unmarked header lines keep their width on any CPU
+        # the headers are wider than any cell, so that the unmarked header lines keep their width on
+        # any CPU
         common.table([[result["seed"], ranked(result, 0), ranked(result, 1), ranked(result, 2),
                        place(result, BUT), name[result["prediction"]]] for result in s["per_seed"]],
-                     ["seed", "most attention (weight)", "second most (weight)", "third most (weight)",
-                      "'but' comes (weight)", "predicted as"], disable_numparse=True, kernel_dependent=True)
+                     ["seed", "most attention (weight)", "second most (weight)",
+                      "third most (weight)", "'but' comes (weight)", "predicted as"],
+                     disable_numparse=True, kernel_dependent=True)
     c = s["claims"]
-    common.count_line(f"position {DECIDING} ('bad', the adjective after 'but') gets the most attention",
-               c["most_on_deciding"], TIPPING, notes="position 8")
-    common.count_line(f"position {BUT} ('but') gets the second most", c["but_second"], TIPPING, notes="then 'but'")
+    common.count_line(f"position {DECIDING} ('bad', the adjective after 'but') gets the most "
+                      "attention", c["most_on_deciding"], TIPPING, notes="position 8")
+    common.count_line(f"position {BUT} ('but') gets the second most", c["but_second"], TIPPING,
+                      notes="then 'but'")
     common.count_line(f"predicted {name[r['label']]}, the label", c["correct"], TIPPING)
     draw_attention(s, args.figures)
 
@@ -424,11 +470,13 @@ def draw_attention(s: dict, figures_dir):
     ax.set_ylabel("query")
     ax.set_title(f"attention weights at seed {r['seed']}, mean over heads")
     fig.colorbar(image, ax=ax, fraction=0.046)
-    bar.bar(range(len(words)), r["received"], color=["C3" if i == r["argmax"] else "C0" for i in range(len(words))],
+    bar.bar(range(len(words)), r["received"],
+            color=["C3" if i == r["argmax"] else "C0" for i in range(len(words))],
             label=f"seed {r['seed']}")
     others = s["per_seed"][1:]
     for j, other in enumerate(others):
-        bar.plot(range(len(words)), other["received"], "k.", ms=5, label="other seeds" if j == 0 else None)
+        bar.plot(range(len(words)), other["received"], "k.", ms=5,
+                 label="other seeds" if j == 0 else None)
     bar.set_xticks(range(len(words)), words, rotation=60, ha="right")
     bar.set_title("weight received, mean over heads and queries")
     bar.legend(fontsize=8)

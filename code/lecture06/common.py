@@ -11,9 +11,9 @@ to the command line:
         common.main(__doc__, PARTS)
 
 Conventions: each part prints a header naming its section of the notes, then tables. A line that
-reports wall-clock time starts with ⏱ and is the only kind of line allowed to differ between two runs
-with the same seed. A line whose digits depend on the CPU's floating-point kernels (float32 training,
-chaotic runs) carries ⚙; every other line prints identically on any CPU.
+reports wall-clock time starts with ⏱ and is the only kind of line allowed to differ between two
+runs with the same seed. A line whose digits depend on the CPU's floating-point kernels (float32
+training, chaotic runs) carries ⚙; every other line prints identically on any CPU.
 """
 from __future__ import annotations
 
@@ -33,13 +33,15 @@ from contextlib import contextmanager
 
 import paths
 
-_MISSING = [name for name in ("numpy", "torch", "matplotlib", "tabulate") if importlib.util.find_spec(name) is None]
+_MISSING = [name for name in ("numpy", "torch", "matplotlib", "tabulate")
+            if importlib.util.find_spec(name) is None]
 if _MISSING:  # say so now, not in a traceback after half the output
-    _advice = (f"This Python ({sys.executable}) lacks {', '.join(_MISSING)}. Run `make all` (it builds .venv "
-               f"from requirements.txt) or run the script with .venv/bin/python.")
+    _advice = (f"This Python ({sys.executable}) lacks {', '.join(_MISSING)}. Run `make all` (it "
+               "builds .venv from requirements.txt) or run the script with .venv/bin/python.")
     _script = sys.modules.get("__main__")
     if {"-h", "--help"} & set(sys.argv[1:]) and getattr(_script, "__doc__", None):
-        print(_script.__doc__.strip() + "\n\n" + _advice)   # its description and usage line: help, not an error
+        # its description and usage line: help, not an error
+        print(_script.__doc__.strip() + "\n\n" + _advice)
         sys.exit(0)
     sys.exit(_advice)
 
@@ -50,14 +52,16 @@ import runner  # noqa: E402
 
 DEFAULT_SEED = 0
 TIMER = "⏱"     # a wall-clock time: differs from run to run
-KERNELS = "⚙"   # digits that depend on the CPU's floating-point kernels (float32 training, which of many
-                # rounding-level differences is the largest): they may differ on your CPU, the effect does not
+# digits that depend on the CPU's floating-point kernels (float32 training, which of many
+# rounding-level differences is the largest): they may differ on your CPU, the effect does not
+KERNELS = "⚙"
 
 
 def seed_everything(seed: int, uses_torch: bool = True):
     """Seed numpy's legacy global generator, torch and transformer.py's generators.
 
-    uses_torch=False leaves torch alone, so a script that never uses it does not pay for importing it.
+    uses_torch=False leaves torch alone, so a script that never uses it does not pay for importing
+    it.
     """
     import transformer
     np.random.seed(seed)
@@ -73,7 +77,8 @@ def header(part: int, section: str, title: str):
 
 
 def table(rows, headers=(), floatfmt="g", kernel_dependent: bool = False, **kwargs):
-    """A tabulate table; kernel_dependent=True marks every row with ⚙ (its digits depend on the CPU)."""
+    """A tabulate table; kernel_dependent=True marks every row with ⚙ (its digits depend on the
+    CPU)."""
     if kernel_dependent:
         rows = [[f"{KERNELS} {row[0]}", *row[1:]] for row in rows]
     print(tabulate(rows, headers=headers, floatfmt=floatfmt, **kwargs))
@@ -84,19 +89,21 @@ def note(text: str):
 
 
 def kernel_note(text: str):
-    """A line whose digits depend on the CPU's floating-point kernels: marked ⚙, like ⏱ for timings."""
+    """A line whose digits depend on the CPU's floating-point kernels: marked ⚙, like ⏱ for
+    timings."""
     print(f"{KERNELS} {text}")
 
 
 def holds(margins) -> int:
-    """At how many seeds a claim holds, given its margin at each (> 0 where it holds, < 0 where it fails)."""
+    """At how many seeds a claim holds, given its margin at each (> 0 where it holds, < 0 where it
+    fails)."""
     return sum(m > 0 for m in margins)
 
 
 def count_line(text: str, margins, tipping: float, notes: str = ""):
-    """Print "text: k of n seeds" for a claim whose margin at each seed is in `margins`. Unmarked only if every
-    seed decides the claim, either way, by more than `tipping` (what other float kernels can move the margin):
-    then the count is the same on any CPU; otherwise marked ⚙."""
+    """Print "text: k of n seeds" for a claim whose margin at each seed is in `margins`. Unmarked
+    only if every seed decides the claim, either way, by more than `tipping` (what other float
+    kernels can move the margin): then the count is the same on any CPU; otherwise marked ⚙."""
     line = f"{text}: {holds(margins)} of {len(margins)} seed{'s' * (len(margins) > 1)}"
     line += f"   (notes: {notes})" if notes else ""
     if min(abs(m) for m in margins) > tipping:
@@ -123,14 +130,15 @@ class _Elapsed:
 
 @contextmanager
 def stopwatch():
-    """`with stopwatch() as elapsed: ...`; then elapsed() is the wall-clock seconds since entering and
-    elapsed.cpu() this process's CPU seconds (which other programs on a shared machine disturb less)."""
+    """`with stopwatch() as elapsed: ...`; then elapsed() is the wall-clock seconds since entering
+    and elapsed.cpu() this process's CPU seconds (which other programs on a shared machine disturb
+    less)."""
     yield _Elapsed()
 
 
 def median_time(f, repeats: int, warmup: int = 0, budget: float = math.inf) -> tuple[float, float]:
-    """(wall-clock, CPU) median seconds of f() over up to `repeats` calls after `warmup` uncounted ones,
-    stopping early once `budget` wall-clock seconds are spent (at least one counted call)."""
+    """(wall-clock, CPU) median seconds of f() over up to `repeats` calls after `warmup` uncounted
+    ones, stopping early once `budget` wall-clock seconds are spent (at least one counted call)."""
     for _ in range(warmup):
         f()
     wall, cpu = [], []
@@ -143,8 +151,9 @@ def median_time(f, repeats: int, warmup: int = 0, budget: float = math.inf) -> t
 
 
 def draws_figure(draw):
-    """Decorates a `draw_*(..., figures_dir)`: with figures_dir None (--quick, --no-figures) it returns None at
-    once, so a run that writes no figure neither imports matplotlib (0.5 s) nor draws one."""
+    """Decorates a `draw_*(..., figures_dir)`: with figures_dir None (--quick, --no-figures) it
+    returns None at once, so a run that writes no figure neither imports matplotlib (0.5 s) nor
+    draws one."""
     signature = inspect.signature(draw)
 
     @functools.wraps(draw)
@@ -158,7 +167,8 @@ def draws_figure(draw):
 
 
 def save_figure(fig, name: str, figures_dir: str | None):
-    """Write figures/<name>.png (name like '01_softmax_saturation'); do nothing with --no-figures."""
+    """Write figures/<name>.png (name like '01_softmax_saturation'); do nothing with
+    --no-figures."""
     import matplotlib.pyplot as plt
     if figures_dir is None:
         plt.close(fig)
@@ -182,7 +192,8 @@ def _seed(text: str) -> int:
 
 
 def _figures_dir(text: str) -> str:
-    """A folder we can write figures into (made if missing): checked now, not after seconds of training."""
+    """A folder we can write figures into (made if missing): checked now, not after seconds of
+    training."""
     path = os.path.abspath(text) if text else ""
     if not text:
         raise argparse.ArgumentTypeError("an empty path; to draw no figures, use --no-figures")
@@ -192,13 +203,14 @@ def _figures_dir(text: str) -> str:
     while not os.path.exists(existing):
         existing = os.path.dirname(existing)
     if not os.access(existing, os.W_OK | os.X_OK):
-        raise argparse.ArgumentTypeError(f"cannot write in {existing}; choose another folder or --no-figures")
+        raise argparse.ArgumentTypeError(f"cannot write in {existing}; choose another folder or "
+                                         "--no-figures")
     return path
 
 
 def parse_args(doc: str, part_numbers, argv=None, seeds: int | None = None):
-    """The command line. seeds: the default of --seeds, for a script that measures a training claim over
-    seeds; None: the script has no such claim, and no --seeds option."""
+    """The command line. seeds: the default of --seeds, for a script that measures a training claim
+    over seeds; None: the script has no such claim, and no --seeds option."""
     first_line = (doc or "").strip().splitlines()[0] if doc else ""
     parser = argparse.ArgumentParser(description=first_line,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -206,14 +218,14 @@ def parse_args(doc: str, part_numbers, argv=None, seeds: int | None = None):
                         help=f"random seed (default {DEFAULT_SEED})")
     if seeds is not None:
         parser.add_argument("--seeds", type=int, metavar="N",
-                            help=f"how many seeds (--seed, --seed + 1, ...) each training claim is measured over "
-                                 f"(default {seeds}; 1 with --quick)")
+                            help="how many seeds (--seed, --seed + 1, ...) each training claim is "
+                                 f"measured over (default {seeds}; 1 with --quick)")
     parser.add_argument("--part", type=int, choices=sorted(part_numbers),
                         help="run only this part (default: all)")
     parser.add_argument("--quick", action="store_true",
-                        help="smaller sizes" + (" and one seed" if seeds is not None else "") + ", for a fast "
-                             "check (tests use it). Draws no figures unless --figures is given, so the committed "
-                             "full-size ones stay")
+                        help="smaller sizes" + (" and one seed" if seeds is not None else "") + ", "
+                             "for a fast check (tests use it). Draws no figures unless --figures "
+                             "is given, so the committed full-size ones stay")
     parser.add_argument("--figures", metavar="DIR", type=_figures_dir,
                         help="where to write figures (default: figures/ at the repository root)")
     parser.add_argument("--no-figures", action="store_true", help="draw no figures")
@@ -222,8 +234,8 @@ def parse_args(doc: str, part_numbers, argv=None, seeds: int | None = None):
         if args.seeds is None:
             args.seeds = 1 if args.quick else seeds
         if args.seeds < 1 or args.seed + args.seeds > 2 ** 32:
-            parser.error(f"argument --seeds: {args.seeds} seeds from --seed {args.seed} do not fit numpy's "
-                         f"seeds 0 .. {2 ** 32 - 1}; give 1 or more, ending below 2**32")
+            parser.error(f"argument --seeds: {args.seeds} seeds from --seed {args.seed} do not fit "
+                         f"numpy's seeds 0 .. {2 ** 32 - 1}; give 1 or more, ending below 2**32")
     if args.no_figures or (args.quick and args.figures is None):
         args.figures = None
     elif args.figures is None:
@@ -238,13 +250,14 @@ def seeds_of(args) -> list[int]:
 
 def main(doc: str, parts: dict, argv=None, uses_torch: bool = True, seeds: int | None = None,
          start_early: dict | None = None):
-    """Run the selected parts. parts: {number: callable(args) -> None} that computes, prints and draws.
+    """Run the selected parts. parts: {number: callable(args) -> None} that computes, prints and
+    draws.
 
     uses_torch=False: the script never touches torch, so seeding skips importing it (about 2 s).
     seeds: see parse_args.
-    start_early: {part number: runs(args) -> (fn, [run, ...])}, the runs that part will ask runner.map for:
-    they start now, before part 1, and train while the parts before it compute (runner.py). Only faster:
-    without it every line printed is the same.
+    start_early: {part number: runs(args) -> (fn, [run, ...])}, the runs that part will ask
+    runner.map for: they start now, before part 1, and train while the parts before it compute
+    (runner.py). Only faster: without it every line printed is the same.
     """
     args = parse_args(doc, parts.keys(), argv, seeds)
     if argv is not None:   # called from Python (a test): errors propagate as they are
@@ -252,14 +265,17 @@ def main(doc: str, parts: dict, argv=None, uses_torch: bool = True, seeds: int |
         return args
     try:
         _run_parts(doc, parts, args, uses_torch, start_early)
-        sys.stdout.flush()   # here, where a reader that went away is caught, not at the interpreter's exit
+        # here, where a reader that went away is caught, not at the interpreter's exit
+        sys.stdout.flush()
     except KeyboardInterrupt:
         runner.shutdown()
         sys.stderr.write("\ninterrupted (Ctrl-C)\n")
         sys.exit(128 + signal.SIGINT)
-    except BrokenPipeError:   # the reader went away (`| head`): stop quietly, as a command-line tool does
+    # the reader went away (`| head`): stop quietly, as a command-line tool does
+    except BrokenPipeError:
         runner.shutdown()
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # nothing left to flush at exit
+        # nothing left to flush at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(128 + getattr(signal, "SIGPIPE", 13))
     return args
 
@@ -273,5 +289,6 @@ def _run_parts(doc: str, parts: dict, args, uses_torch: bool, start_early: dict 
     print(f"seed {args.seed}{' · quick' if args.quick else ''}")
     for number in sorted(parts):
         if args.part is None or args.part == number:
-            seed_everything(args.seed, uses_torch)  # each part starts from the same state, whether run alone or not
+            # each part starts from the same state, whether run alone or not
+            seed_everything(args.seed, uses_torch)
             parts[number](args)

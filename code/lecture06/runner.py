@@ -1,25 +1,31 @@
-"""The engine room: the one module that knows about processes, the garbage collector and the allocator.
+"""The engine room: the one module that knows about processes, the garbage collector and the
+allocator.
 
-A lesson computes a batch of runs as `runner.map(fn, runs)`, which is `[fn(**run) for run in runs]`: the same
-results in the same order. Everything below only makes that faster, and no lesson needs to read it:
+A lesson computes a batch of runs as `runner.map(fn, runs)`, which is `[fn(**run) for run in runs]`:
+the same results in the same order. Everything below only makes that faster, and no lesson needs to
+read it:
 
-- Results are kept, keyed by the function and the run's arguments: a run asked for twice (by two parts of a
-  script, by two tests) is computed once. A run's result is plain data (numbers, arrays, state dicts).
-- `runner.start(fn, runs)` begins computing now; a later `map` of the same runs collects them. common.main does
-  this for the runs a script declares in START_EARLY, so that training overlaps the parts printed before it.
-  Without START_EARLY every output is the same, only later.
-- Up to WORKERS processes take queued runs side by side, one core each (LECTURE06_WORKERS=N sets how many; 1:
-  every run in this process, one after another), and the process that waits in `map` computes the queued runs
-  that no worker has taken yet, from the end of the queue, so that no core idles. Every run computes on one
-  thread (threads.py), so its result is the same bits wherever it ran.
-- Workers start by fork where that is safe (Linux, from a process that runs one thread, as a script does until
-  it starts any: a worker is ready in milliseconds and shares the modules already imported); elsewhere from a
-  fresh server process (forkserver, Linux) or a fresh interpreter (spawn: macOS, Windows). Forking a process
-  that runs other threads can deadlock its child, and Python 3.12+ warns about it.
-- Ctrl-C: the workers ignore it; the process that started them ends them (`shutdown`, called by common.main).
-- Memory: on Linux glibc's malloc is told to keep freed memory (keep_freed_memory), and the objects that exist
-  when workers start or when the process exits are frozen out of garbage collection (keep_out_of_collections).
-  Neither changes a number, only time.
+- Results are kept, keyed by the function and the run's arguments: a run asked for twice (by two
+  parts of a script, by two tests) is computed once. A run's result is plain data (numbers, arrays,
+  state dicts).
+- `runner.start(fn, runs)` begins computing now; a later `map` of the same runs collects them.
+  common.main does this for the runs a script declares in START_EARLY, so that training overlaps the
+  parts printed before it. Without START_EARLY every output is the same, only later.
+- Up to WORKERS processes take queued runs side by side, one core each (LECTURE06_WORKERS=N sets how
+  many; 1: every run in this process, one after another), and the process that waits in `map`
+  computes the queued runs that no worker has taken yet, from the end of the queue, so that no core
+  idles. Every run computes on one thread (threads.py), so its result is the same bits wherever it
+  ran.
+- Workers start by fork where that is safe (Linux, from a process that runs one thread, as a script
+  does until it starts any: a worker is ready in milliseconds and shares the modules already
+  imported); elsewhere from a fresh server process (forkserver, Linux) or a fresh interpreter
+  (spawn: macOS, Windows). Forking a process that runs other threads can deadlock its child, and
+  Python 3.12+ warns about it.
+- Ctrl-C: the workers ignore it; the process that started them ends them (`shutdown`, called by
+  common.main).
+- Memory: on Linux glibc's malloc is told to keep freed memory (keep_freed_memory), and the objects
+  that exist when workers start or when the process exits are frozen out of garbage collection
+  (keep_out_of_collections). Neither changes a number, only time.
 """
 from __future__ import annotations
 
@@ -37,7 +43,8 @@ import sys
 import threading
 import time
 
-_SUPPORTED = "a whole number of processes, at least 1 (1: every run in this process, one after another)"
+_SUPPORTED = ("a whole number of processes, at least 1 (1: every run in this process, one after "
+              "another)")
 
 
 def _available_cores() -> int:
@@ -49,20 +56,21 @@ def _workers_from_environment() -> int:
     if text is None:
         return _available_cores()
     if not text.isdigit() or int(text) < 1:
-        raise SystemExit(f"LECTURE06_WORKERS={text!r}: it must be {_SUPPORTED}; unset it for one per core "
-                         f"({_available_cores()} here)")
+        raise SystemExit(f"LECTURE06_WORKERS={text!r}: it must be {_SUPPORTED}; unset it for one "
+                         f"per core ({_available_cores()} here)")
     return int(text)
 
 
 WORKERS = _workers_from_environment()
 
 
-# ---- memory: glibc's allocator and the garbage collector ----------------------------------------------
+# ---- memory: glibc's allocator and the garbage collector -----------------------------------------
 def keep_freed_memory():
-    """By default glibc returns the top of its heap to the kernel as soon as it is free, so the large numpy
-    temporaries of a training step (tensor.py's: hundreds of KB each) came back as fresh pages, zeroed by the
-    kernel, on every step: 6 of the 27 s of CPU of script 07 were spent there. A generous pad on every heap
-    growth and a high trim threshold keep the pages; large blocks stay on the heap, so they are reused too."""
+    """By default glibc returns the top of its heap to the kernel as soon as it is free, so the
+    large numpy temporaries of a training step (tensor.py's: hundreds of KB each) came back as fresh
+    pages, zeroed by the kernel, on every step: 6 of the 27 s of CPU of script 07 were spent there.
+    A generous pad on every heap growth and a high trim threshold keep the pages; large blocks stay
+    on the heap, so they are reused too."""
     if not sys.platform.startswith("linux"):
         return
     try:
@@ -70,14 +78,15 @@ def keep_freed_memory():
     except (OSError, AttributeError):  # another C library (musl): it keeps its own policy
         return
     m_trim_threshold, m_top_pad, m_mmap_threshold = -1, -2, -3   # glibc's malloc.h
-    for option, value in ((m_top_pad, 64 << 20), (m_trim_threshold, 128 << 20), (m_mmap_threshold, 64 << 20)):
+    for option, value in ((m_top_pad, 64 << 20), (m_trim_threshold, 128 << 20),
+                          (m_mmap_threshold, 64 << 20)):
         mallopt(option, value)
 
 
 def keep_out_of_collections():
-    """Freeze the objects that exist now (after importing torch: 300,000) out of garbage collection: every later
-    collection, a worker's or the last one at exit (1-3 s), skips them. They are the modules and data that live
-    to the end anyway."""
+    """Freeze the objects that exist now (after importing torch: 300,000) out of garbage collection:
+    every later collection, a worker's or the last one at exit (1-3 s), skips them. They are the
+    modules and data that live to the end anyway."""
     gc.freeze()
 
 
@@ -85,7 +94,7 @@ keep_freed_memory()
 atexit.register(keep_out_of_collections)   # runs before the interpreter's last collections
 
 
-# ---- the results, the queue, the workers ----------------------------------------------------------------
+# ---- the results, the queue, the workers ---------------------------------------------------------
 _lock = threading.Lock()
 _changed = threading.Condition(_lock)
 _results = {}                     # key -> result (or _Failure)
@@ -107,8 +116,8 @@ def _key(fn, run: dict) -> tuple:
 
 
 def _target(fn) -> tuple:
-    """How a worker finds fn: module name, file and qualified name. A script loaded under another name (the
-    tests load 07_sentiment.py as script_07_sentiment) is found by its file."""
+    """How a worker finds fn: module name, file and qualified name. A script loaded under another
+    name (the tests load 07_sentiment.py as script_07_sentiment) is found by its file."""
     module = sys.modules[fn.__module__]
     return fn.__module__, getattr(module, "__file__", None), fn.__qualname__
 
@@ -135,7 +144,7 @@ def _compute(target: tuple, run: dict):
 
 
 def _worker_starts():
-    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is for the parent, which ends the workers
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the parent, which ends the workers
 
 
 def _threads_running() -> int:
@@ -158,8 +167,10 @@ def _open_pool(size: int):
     if method == "forkserver":   # the server imports these once; every worker is forked from it
         main = sys.modules.get("__main__")
         preload = ["__main__"] if getattr(main, "__file__", None) else []
-        context.set_forkserver_preload(preload + [m for m in ("numpy", "torch") if m in sys.modules])
-    keep_out_of_collections()    # the workers never walk today's objects; forked ones share their pages longer
+        context.set_forkserver_preload(preload
+                                       + [m for m in ("numpy", "torch") if m in sys.modules])
+    # the workers never walk today's objects; forked ones share their pages longer
+    keep_out_of_collections()
     _pool, _pool_size = context.Pool(size, initializer=_worker_starts), size
 
 
@@ -168,7 +179,8 @@ def _hand_out():
     while _pool is not None and _queue and len(_taken) < _pool_size:
         key, target, run = item = _queue.popleft()
         _taken[key] = item
-        _pool.apply_async(_compute, (target, run), callback=lambda result, key=key: _finished(key, result),
+        _pool.apply_async(_compute, (target, run),
+                          callback=lambda result, key=key: _finished(key, result),
                           error_callback=lambda error, key=key: _finished(key, _Failure(error)))
 
 
@@ -181,8 +193,8 @@ def _finished(key: tuple, result):
 
 
 def start(fn, runs: list, workers: int | None = None):
-    """Begin computing fn(**run) for the runs not known yet, in up to `workers` processes (default WORKERS);
-    with one worker, nothing starts: map computes them in this process."""
+    """Begin computing fn(**run) for the runs not known yet, in up to `workers` processes (default
+    WORKERS); with one worker, nothing starts: map computes them in this process."""
     workers = WORKERS if workers is None else workers
     with _lock:
         known = set(_results) | set(_taken) | {key for key, _, _ in _queue}
@@ -236,7 +248,8 @@ def map(fn, runs: list, workers: int | None = None) -> list:
 
 
 def forget():
-    """Drop every kept result (tests that compare a run computed here with one computed in a worker)."""
+    """Drop every kept result (tests that compare a run computed here with one computed in a
+    worker)."""
     with _lock:
         _results.clear()
 
