@@ -1,15 +1,12 @@
-"""Script 04 · Residuals, LayerNorm, Post-LN vs Pre-LN: gradient gain, LN vs BatchNorm, training \
-stability.
+"""Script 04 · Residuals, LayerNorm, Post-LN vs Pre-LN: gradient gain, LN vs BatchNorm, stability.
 
-Serves notes §5.2 (part 1), §5.3 (part 2) and §5.4 (parts 3 and 4). Parts 1-3 measure at \
-initialisation;
-part 4 trains 6-layer models on the city language (city_train.py): at the first seed the three
-configurations whose fate is the same at every seed (both placements at the small lr, Post-LN \
-without
-warmup at the large one), at --seeds seeds (default 2) the two whose comparison needs the spread.
+Serves notes §5.2 (part 1), §5.3 (part 2) and §5.4 (parts 3 and 4). Parts 1-3 measure at
+initialisation; part 4 trains 6-layer models on the city language (city_train.py): at the first seed
+the three configurations whose fate is the same at every seed (both placements at the small lr,
+Post-LN without warmup at the large one), at --seeds seeds (default 2) the two whose comparison
+needs the spread.
 
-    python code/lecture06/04_residual_layernorm.py [--part N] [--seed S] [--seeds N] [--quick] \
-[--no-figures]
+    python code/lecture06/04_residual_layernorm.py [--part N] [--seed S] [--seeds N] [--quick]
 """
 from __future__ import annotations
 

@@ -1,27 +1,23 @@
-"""07 · A movie-review Transformer trained on our own framework: lecture 5's contrast sentences \
-(§9.3)
+"""07 · A movie-review Transformer trained on our own framework: lecture 5's contrast sentences
 
 Serves notes §9.3 (and §2.4, exercise 12). The model is built from tensor.py + transformer.py only:
-token embedding (+ learned positions) -> dropout -> one bidirectional Pre-LN TransformerLayer (pad \
-mask)
--> LayerNorm -> mean over the non-pad tokens -> Linear to 2 classes; loss transformer.softmax_loss.
-The data are lecture 5's reviews (code/lecture05/reviews.py: plain, negation, contrast sentences).
+token embedding (+ learned positions) -> dropout -> one bidirectional Pre-LN TransformerLayer
+(pad mask) -> LayerNorm -> mean over the non-pad tokens -> Linear to 2 classes; loss
+transformer.softmax_loss. The data are lecture 5's reviews (code/lecture05/reviews.py: plain,
+negation, contrast sentences).
 
-Part 1 · §9.3  parity: the same initialisation, batches and dropout masks as a PyTorch twin \
-(torch_ref
-               modules), 20 Adam steps; per-step losses and their max difference (notes: 2.2e-16).
-Part 2 · §9.3  accuracy by kind on lecture 5's test set: bag-of-words, the Transformer without and \
-with
-               positions; each contrast pair's logits differ by rounding only without positions.
+Part 1 · §9.3  parity: the same initialisation, batches and dropout masks as a PyTorch twin
+               (torch_ref modules), 20 Adam steps; per-step losses and their max difference.
+Part 2 · §9.3  accuracy by kind on lecture 5's test set: bag-of-words, the Transformer without
+               and with positions; each contrast pair's logits differ by rounding only without
+               positions.
 Part 3 · §9.3  attention in "the plot was good but the acting was bad": the weight each position
                receives, averaged over the heads and the 9 queries (the notes: most on position 8).
-Parts 2 and 3 train the Transformers at --seeds seeds (default 2: --seed, --seed+1, ...), print
-the first seed's tables and the spread over the seeds, and count at how many seeds each claim \
-holds. A
+Parts 2 and 3 train the Transformers at --seeds seeds (default 2: --seed, --seed+1, ...), print the
+first seed's tables and the spread over the seeds, and count at how many seeds each claim holds. A
 count is marked ⚙ unless every seed decides it, either way, by more than other float kernels move a
-trained model (TIPPING). Part 3 looks at Part 2's models. PyTorch appears only in Part 1; \
-everything else
-trains with tensor.py.
+trained model (TIPPING). Part 3 looks at Part 2's models. PyTorch appears only in Part 1; everything
+else trains with tensor.py.
 """
 from __future__ import annotations
 
