@@ -70,3 +70,9 @@ def test_lecture06_workers_sets_the_training_processes_or_is_refused_with_what_i
                           capture_output=True, text=True, env={**os.environ, "LECTURE06_WORKERS": workers})
     assert expected in (done.stdout if done.returncode == 0 else done.stderr)
     assert (done.returncode == 0) == (workers == "3")
+
+
+def test_every_line_of_a_timing_or_kernel_dependent_note_is_marked(capsys):
+    common.timing("first line\nsecond line")
+    common.kernel_note("one\ntwo")
+    assert capsys.readouterr().out.splitlines() == ["⏱ first line", "⏱ second line", "⚙ one", "⚙ two"]

@@ -88,10 +88,15 @@ def note(text: str):
     print(text)
 
 
+def _marked(mark: str, text: str):
+    """Every line of text marked, so that no continuation line passes for one that repeats exactly."""
+    print("\n".join(f"{mark} {line}" for line in text.split("\n")))
+
+
 def kernel_note(text: str):
-    """A line whose digits depend on the CPU's floating-point kernels: marked ⚙, like ⏱ for
+    """Lines whose digits depend on the CPU's floating-point kernels: marked ⚙, like ⏱ for
     timings."""
-    print(f"{KERNELS} {text}")
+    _marked(KERNELS, text)
 
 
 def holds(margins) -> int:
@@ -113,8 +118,8 @@ def count_line(text: str, margins, tipping: float, notes: str = ""):
 
 
 def timing(text: str):
-    """A line reporting a wall-clock measurement: marked so determinism checks skip it."""
-    print(f"{TIMER} {text}")
+    """Lines reporting a wall-clock measurement: marked ⏱, so that determinism checks skip them."""
+    _marked(TIMER, text)
 
 
 class _Elapsed:
