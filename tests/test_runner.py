@@ -66,9 +66,9 @@ def _script(name: str, *args: str, **popen) -> subprocess.Popen:
 
 def test_ctrl_c_ends_a_script_with_one_line_and_leaves_no_worker_behind():
     env = {**os.environ, "LECTURE06_WORKERS": "2"}
-    script = _script("04_residual_layernorm.py", "--part", "4", "--quick", "--no-figures", env=env,
+    script = _script("04_residual_layernorm.py", "--part", "4", "--no-figures", env=env,
                      stdout=subprocess.DEVNULL, start_new_session=True)   # a group of its own, as in a terminal
-    time.sleep(6)                                  # imported, its two runs training in the workers
+    time.sleep(5)                                  # imported, its seven runs training (~30 s of work left)
     os.killpg(script.pid, signal.SIGINT)           # what Ctrl-C sends: every process of the foreground group
     _, stderr = script.communicate(timeout=60)
     assert script.returncode == 128 + signal.SIGINT
