@@ -541,4 +541,4 @@ PARTS = {1: show_gradient_gain, 2: show_batch_companions, 3: show_layer_grad_nor
 
 if __name__ == "__main__":
     # part 4's runs may train while parts 1-3 compute
-    common.main(__doc__, PARTS, seeds=SEEDS, start_early={4: part4_runs})
+    common.main(__doc__, PARTS, seeds=SEEDS, train_ahead={4: part4_runs})

@@ -987,4 +987,4 @@ PARTS = {1: show_teacher_forcing, 2: show_label_smoothing, 3: show_lr_schedule,
 
 if __name__ == "__main__":
     # part 5's runs may train while parts 1-4 compute
-    common.main(__doc__, PARTS, seeds=SEEDS, start_early={5: part5_runs})
+    common.main(__doc__, PARTS, seeds=SEEDS, train_ahead={5: part5_runs})

@@ -505,8 +505,8 @@ def attention_time_share(seq_lens=(128, 512, 2048), n_embd: int = 256, n_head: i
     the budget changes no other S's draws.
     """
     rows = []
-    with torch.random.fork_rng(), torch_threads(threads):
-        torch.manual_seed(seed)
+    with torch_threads(threads):
+        torch.manual_seed(seed)   # the weights, the inputs, each S's mask seed
         layer = torch_ref.TransformerLayer(n_embd, n_head, p_dropout=p_dropout).float().train()
         inputs = [torch.randn(1, S, n_embd) for S in seq_lens]
         mask_seeds = torch.randint(2 ** 62, (len(seq_lens),)).tolist()

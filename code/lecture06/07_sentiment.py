@@ -485,4 +485,4 @@ PARTS = {1: show_parity, 2: show_accuracy, 3: show_attention}
 
 if __name__ == "__main__":
     # Part 2's models may train while Part 1 computes
-    common.main(__doc__, PARTS, seeds=SEEDS, start_early={2: part2_runs})
+    common.main(__doc__, PARTS, seeds=SEEDS, train_ahead={2: part2_runs})

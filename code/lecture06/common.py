@@ -254,22 +254,22 @@ def seeds_of(args) -> list[int]:
 
 
 def main(doc: str, parts: dict, argv=None, uses_torch: bool = True, seeds: int | None = None,
-         start_early: dict | None = None):
+         train_ahead: dict | None = None):
     """Run the selected parts. parts: {number: callable(args) -> None} that computes, prints and
     draws.
 
     uses_torch=False: the script never touches torch, so seeding skips importing it (about 2 s).
     seeds: see parse_args.
-    start_early: {part number: runs(args) -> (fn, [run, ...])}, the runs that part will ask
+    train_ahead: {part number: runs(args) -> (fn, [run, ...])}, the runs that part will ask
     runner.map for: they start now, before part 1, and train while the parts before it compute
     (runner.py). Only faster: without it every line printed is the same.
     """
     args = parse_args(doc, parts.keys(), argv, seeds)
     if argv is not None:   # called from Python (a test): errors propagate as they are
-        _run_parts(doc, parts, args, uses_torch, start_early)
+        _run_parts(doc, parts, args, uses_torch, train_ahead)
         return args
     try:
-        _run_parts(doc, parts, args, uses_torch, start_early)
+        _run_parts(doc, parts, args, uses_torch, train_ahead)
         # here, where a reader that went away is caught, not at the interpreter's exit
         sys.stdout.flush()
     except KeyboardInterrupt:
@@ -285,8 +285,8 @@ def main(doc: str, parts: dict, argv=None, uses_torch: bool = True, seeds: int |
     return args
 
 
-def _run_parts(doc: str, parts: dict, args, uses_torch: bool, start_early: dict | None):
-    for number, runs_of in (start_early or {}).items():
+def _run_parts(doc: str, parts: dict, args, uses_torch: bool, train_ahead: dict | None):
+    for number, runs_of in (train_ahead or {}).items():
         if args.part in (None, number):
             runner.start(*runs_of(args))
     title = (doc or "").strip().splitlines()[0] if doc else ""
