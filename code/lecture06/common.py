@@ -105,11 +105,34 @@ def holds(margins) -> int:
     return sum(m > 0 for m in margins)
 
 
+# One rule for every claim counted over seeds (README, "How to read the output"): a claim that rests
+# on training is a statement about the distribution of runs, so it is worded by the share of seeds
+# where it holds, never by one seed.
+HOLDS, MOSTLY = 0.8, 0.6
+
+
+def verdict(k: int, n: int) -> str:
+    """The word for a claim that holds at k of n seeds: "holds" at k ≥ 0.8·n, "mostly" at
+    k ≥ 0.6·n, otherwise "does not hold here"."""
+    if not 0 <= k <= n or n < 1:
+        raise ValueError(f"a count needs 0 <= k <= n and n >= 1, got k={k}, n={n}")
+    if k >= HOLDS * n:
+        return "holds"
+    return "mostly" if k >= MOSTLY * n else "does not hold here"
+
+
+def seeds_text(k: int, n: int) -> str:
+    """ "k of n seeds" """
+    return f"{k} of {n} seed{'s' * (n != 1)}"
+
+
 def count_line(text: str, margins, tipping: float, notes: str = ""):
-    """Print "text: k of n seeds" for a claim whose margin at each seed is in `margins`. Unmarked
-    only if every seed decides the claim, either way, by more than `tipping` (what other float
-    kernels can move the margin): then the count is the same on any CPU; otherwise marked ⚙."""
-    line = f"{text}: {holds(margins)} of {len(margins)} seed{'s' * (len(margins) > 1)}"
+    """Print "text: k of n seeds, <verdict>" for a claim whose margin at each seed is in
+    `margins`. Unmarked only if every seed decides the claim, either way, by more than `tipping`
+    (what other float kernels can move the margin): then the count, and so its verdict, is the same
+    on any CPU; otherwise marked ⚙."""
+    k, n = holds(margins), len(margins)
+    line = f"{text}: {seeds_text(k, n)}, {verdict(k, n)}"
     line += f"   (notes: {notes})" if notes else ""
     if min(abs(m) for m in margins) > tipping:
         note(line)
