@@ -63,7 +63,7 @@ def test_inits():
 
 
 def test_learning_rate_schedules():
-    f = city_train._lr_factor
+    f = city_train.lr_factor
     assert [f(s, 10, 4, "constant") for s in range(6)] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
     assert f(0, 10, 0, "constant") == 1.0
     assert f(4, 10, 4, "linear") == 1.0 and f(7, 10, 4, "linear") == 0.5

@@ -22,6 +22,7 @@ from __future__ import annotations
 import threads  # first: one BLAS thread, set before numpy loads
 
 import functools
+import inspect
 import math
 from dataclasses import dataclass
 
@@ -30,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch.optim.adam import adam
 
+import city_stack
 import runner
 import torch_ref
 from city_lab import SEQ_LEN, V, test_excess_mnats, test_set, training_batches
@@ -97,7 +99,7 @@ class TrainResult:
     checkpoints: list
 
 
-def _lr_factor(step: int, steps: int, warmup: int, schedule: str) -> float:
+def lr_factor(step: int, steps: int, warmup: int, schedule: str) -> float:
     """The lr of update `step` (0-based) as a fraction of the peak: linear warmup over `warmup`
     updates (the first one at peak/warmup, not 0), then constant, linear decay to 0 or cosine decay
     to 0."""
@@ -162,17 +164,12 @@ class Adam:
              weight_decay=0.0, eps=self.eps, maximize=False)
 
 
-def train(model, steps: int = 400, lr: float = 1e-3, warmup: int = 0, schedule: str = "constant",
-          batch_size: int = 8, seed: int = 0, eval_every: int | None = 50,
-          checkpoint_every: int | None = None) -> TrainResult:
-    """Train `model` in place with Adam on training_batches(seed, batch_size) and score it on the
-    test set.
+# train()'s arguments: a run's `training` dict holds these and its seed
+TRAINING = ("steps", "lr", "warmup", "schedule", "batch_size", "eval_every", "checkpoint_every")
 
-    lr is the peak learning rate; warmup and schedule as in _lr_factor. eval_every: test excess
-    every this many steps (and at step 0 and the last step); None: after the last step only (one
-    pass over the test set costs about ten training steps). A step whose loss is not finite ends the
-    run; its remaining excesses are inf.
-    """
+
+def check_training(steps: int, lr: float, warmup: int, schedule: str, eval_every):
+    """A clear error for training arguments train() cannot use."""
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
     if (steps < 1 or not 0 <= warmup <= steps or (eval_every is not None and eval_every < 1)
@@ -180,6 +177,20 @@ def train(model, steps: int = 400, lr: float = 1e-3, warmup: int = 0, schedule: 
         raise ValueError("need steps >= 1, 0 <= warmup <= steps, eval_every >= 1 (or None) and lr "
                          f"> 0; got steps={steps}, warmup={warmup}, eval_every={eval_every}, "
                          f"lr={lr}")
+
+
+def train(model, steps: int = 400, lr: float = 1e-3, warmup: int = 0, schedule: str = "constant",
+          batch_size: int = 8, seed: int = 0, eval_every: int | None = 50,
+          checkpoint_every: int | None = None) -> TrainResult:
+    """Train `model` in place with Adam on training_batches(seed, batch_size) and score it on the
+    test set.
+
+    lr is the peak learning rate; warmup and schedule as in lr_factor. eval_every: test excess
+    every this many steps (and at step 0 and the last step); None: after the last step only (one
+    pass over the test set costs about ten training steps). A step whose loss is not finite ends the
+    run; its remaining excesses are inf.
+    """
+    check_training(steps, lr, warmup, schedule, eval_every)
     with threads.torch_threads(1):  # the bits of a run must not depend on the machine's core count
         model.train()
         optimizer = Adam(model.parameters(), lr=lr)
@@ -188,7 +199,7 @@ def train(model, steps: int = 400, lr: float = 1e-3, warmup: int = 0, schedule: 
         train_excess, checkpoints, since_eval = [], [], []
         for step in range(steps):
             batch = next(batches)
-            optimizer.lr = lr * _lr_factor(step, steps, warmup, schedule)
+            optimizer.lr = lr * lr_factor(step, steps, warmup, schedule)
             logits = model(torch.from_numpy(batch.x))  # (B, S, V)
             loss = F.cross_entropy(logits.reshape(-1, V), torch.from_numpy(batch.y).reshape(-1))
             if not torch.isfinite(loss):
@@ -214,16 +225,132 @@ def train(model, steps: int = 400, lr: float = 1e-3, warmup: int = 0, schedule: 
 
 
 def run(model: dict, training: dict) -> TrainResult:
-    """train(build_model(**model), **training): one run from build_model's and train()'s arguments.
+    """One run from build_model's and train()'s arguments, as train_many trains it (a stack of one:
+    the same bits as inside any stack). Each dict carries its own seed: model["seed"] draws the
+    initial weights, training["seed"] the batches."""
+    seeds = (model.get("seed", 0), training.get("seed", 0))
+    return train_stack(_without_seed(model), _without_seed(training), [seeds])[0]
 
-    Each dict carries its own seed: model["seed"] draws the initial weights, training["seed"] the
-    batches.
+
+class _Run:
+    """What train_stack records for one run of its stack, as train() records it for a lone run."""
+
+    def __init__(self, eval_every):
+        self.alive, self.eval_every = True, eval_every
+        self.curve, self.train_excess, self.since_eval, self.checkpoints = [], [], [], []
+
+    def result(self) -> TrainResult:
+        return TrainResult(final_excess=self.curve[-1][2],
+                           best_excess=min(c[2] for c in self.curve), curve=self.curve,
+                           train_excess=self.train_excess, checkpoints=self.checkpoints)
+
+
+def evaluate_stack(stack, models: list) -> list[float]:
+    """Each run's test excess, scored by evaluate() on a lone model (`models`, one per run, get
+    the run's weights): the same bits as scoring a checkpoint of the run later."""
+    for model, state in zip(models, stack.state_dicts()):
+        model.load_state_dict(state)
+    return [evaluate(model) for model in models]
+
+
+def train_stack(model: dict, training: dict, seeds: list) -> list:
+    """[run(model=dict(model, seed=m), training=dict(training, seed=b)) for (m, b) in seeds], the
+    runs trained side by side as one city_stack.StackedDecoderLM -> [TrainResult] in that order.
+
+    A seed is an int (it draws both the weights and the batches, as in scripts 04 and 05) or a pair
+    (weights seed, batches seed). `training` takes train()'s arguments but its seed. A run whose
+    loss stops being finite ends there, as in train(), and the others go on: nothing mixes the
+    runs, so each gets the same bits whichever runs share its stack.
     """
-    return train(build_model(**model), **training)
+    pairs = [tuple(s) if isinstance(s, (tuple, list)) else (s, s) for s in seeds]
+    unknown = set(training) - set(TRAINING)
+    if unknown:
+        raise ValueError(f"train_stack: unknown training arguments {sorted(unknown)}; it takes "
+                         f"{list(TRAINING)} (each run's seed comes from `seeds`)")
+    settings = dict(inspect.signature(train).parameters)
+    steps, lr, warmup, schedule, batch_size, eval_every, checkpoint_every = (
+        training.get(name, settings[name].default) for name in TRAINING)
+    check_training(steps, lr, warmup, schedule, eval_every)
+    with threads.torch_threads(1):
+        models = [build_model(**dict(model, seed=m)) for m, _ in pairs]
+        stack = city_stack.StackedDecoderLM(models)
+        optimizer = Adam(stack.parameters(), lr=lr)
+        streams = [training_batches(b, batch_size) for _, b in pairs]
+        runs = [_Run(eval_every) for _ in pairs]
+        if eval_every:
+            for run_, excess in zip(runs, evaluate_stack(stack, models)):
+                run_.curve.append((0, None, excess))
+        for step in range(steps):
+            batches = [next(stream) for stream in streams]
+            x = torch.from_numpy(np.stack([b.x for b in batches]))             # (E, B, S)
+            y = torch.from_numpy(np.stack([b.y for b in batches]))             # (E, B, S)
+            optimizer.lr = lr * lr_factor(step, steps, warmup, schedule)
+            losses = city_stack.losses(stack(x), y.view(len(runs), -1))        # (E,)
+            for run_, loss, batch in zip(runs, losses.tolist(), batches):
+                if run_.alive and not math.isfinite(loss):
+                    run_.alive = False
+                    run_.curve.append((step + 1, math.inf, math.inf))
+                elif run_.alive:
+                    run_.train_excess.append(1000.0 * (loss - batch.entropy))
+                    run_.since_eval.append(run_.train_excess[-1])
+            if not any(run_.alive for run_ in runs):
+                break
+            optimizer.zero_grad()
+            losses.sum().backward()   # each run's gradient is its own loss's: d(sum)/d(loss) = 1
+            optimizer.step()
+            done = step + 1
+            if (eval_every and done % eval_every == 0) or done == steps:
+                for run_, excess in zip(runs, evaluate_stack(stack, models)):
+                    if run_.alive:
+                        run_.curve.append((done, float(np.mean(run_.since_eval)), excess))
+                        run_.since_eval = []
+            if checkpoint_every and done % checkpoint_every == 0:
+                for run_, state in zip(runs, stack.state_dicts()):
+                    if run_.alive:
+                        run_.checkpoints.append((done, state))
+    return [run_.result() for run_ in runs]
+
+
+# How many runs share a stack. Measured on 04's model (one core, CPU seconds per run-step): 1: 27 ms,
+# 2: 25, 5: 20, 10: 22; larger stacks spill the elementwise work out of the cache.
+STACK_SIZE = 5
+
+
+def _without_seed(settings: dict) -> dict:
+    return {name: value for name, value in settings.items() if name != "seed"}
+
+
+def _stacks(runs: list) -> tuple[list, list]:
+    """The stacks train_many trains `runs` in: runs that differ only in their seeds, in their
+    order, STACK_SIZE at a time -> ([dict(model=..., training=..., seeds=[(m, b), ...])], for each
+    run (its stack, its place in the stack))."""
+    groups, members = {}, []
+    for r in runs:
+        if not isinstance(r, dict) or set(r) != {"model", "training"}:
+            raise ValueError(f"a run is dict(model=..., training=...), got {r!r}")
+        model, training = _without_seed(r["model"]), _without_seed(r["training"])
+        seeds = groups.setdefault(repr((sorted(model.items()), sorted(training.items()))),
+                                  (model, training, []))[2]
+        members.append((len(groups) - 1, len(seeds)))
+        seeds.append((r["model"].get("seed", 0), r["training"].get("seed", 0)))
+    stacks, first_stack = [], []
+    for model, training, seeds in groups.values():
+        first_stack.append(len(stacks))
+        stacks += [dict(model=model, training=training, seeds=seeds[i:i + STACK_SIZE])
+                   for i in range(0, len(seeds), STACK_SIZE)]
+    return stacks, [(first_stack[g] + m // STACK_SIZE, m % STACK_SIZE) for g, m in members]
+
+
+def planned(runs: list) -> tuple:
+    """(function, [arguments]) that train_many(runs) hands runner.map: what a script passes
+    common.main's train_ahead, so that the runs start before the part that asks for them."""
+    return train_stack, _stacks(runs)[0]
 
 
 def train_many(runs: list) -> list:
     """[run(**r) for r in runs], each r = dict(model=..., training=...): the same results in the
-    same order, computed by runner.py (side by side on the machine's cores, each once per
-    process)."""
-    return runner.map(run, runs)
+    same order, trained in stacks of runs that differ only in their seeds (city_stack.py), the
+    stacks side by side on the machine's cores (runner.py), each once per process."""
+    stacks, members = _stacks(runs)
+    trained = runner.map(train_stack, stacks)
+    return [trained[stack][place] for stack, place in members]

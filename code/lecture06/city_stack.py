@@ -1,0 +1,168 @@
+"""Many city-language runs of one architecture trained as one stacked model: city_train.train's
+arithmetic for every run at once, for about a third of the CPU time per run.
+
+Scripts 04 and 05 count their training claims over many seeds (notes §5.4, §7.6), and each seed is
+a run of the same model with other weights and other batches. A lone run of 04's 6-layer model
+makes some 400 small torch calls per step, each on a (256, 64) or (256, 256) matrix: most of its time
+goes to calling, not computing. Here E runs share every call: each weight has a leading run axis,
+(E, in, out), a Linear is one batched matmul (`torch.baddbmm`) over the E runs, and Adam updates all
+of them in one fused call. Nothing mixes the runs: every op works on each run's slice alone and the
+loss is the sum of the runs' own losses, so a run's bits are the same whichever runs share its stack
+(tests/test_city_stack.py checks alone against inside a stack, and the stack against
+torch_ref.DecoderLM in float64).
+
+    stack = StackedDecoderLM([city_train.build_model(seed=s) for s in (0, 1, 2)])
+    logits = stack(idx)                              # idx (3, B, S): run e's batch in row e
+    city_train.train_stack(model=dict(n_layers=6), training=dict(lr=6e-3), seeds=[0, 1, 2])
+
+Where it differs from a lone torch_ref.DecoderLM in float32, only in rounding: q, k and v come from
+one (in, 3·out) matmul, GELU's tanh form is computed as x·sigmoid(2u) (what tensor.py composes, and 4×
+cheaper than torch's tanh on this project's CPUs), LayerNorm's scale and shift follow its
+normalisation, and attention is torch's scaled_dot_product_attention with its causal flag (masked
+scores are exactly 0 in both).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from city_lab import V
+
+GELU_A = 0.044715                     # the tanh form's cubic coefficient
+GELU_K = 2.0 * math.sqrt(2.0 / math.pi)   # 0.5·(1 + tanh(u)) = sigmoid(2u)
+
+
+class _Gelu(torch.autograd.Function):
+    """GELU's tanh form as x·sigmoid(k·(x + a·x³)), with its derivative written out: three
+    elementwise calls forward and four back, where autograd over the composition makes a dozen."""
+
+    @staticmethod
+    def forward(ctx, x):
+        s = torch.sigmoid(torch.addcmul(x, x * x, x, value=GELU_A).mul_(GELU_K))
+        ctx.save_for_backward(x, s)
+        return x * s
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, s = ctx.saved_tensors
+        # d/dx x·s(u) = s + x·s·(1 − s)·du/dx, du/dx = k·(1 + 3a·x²)
+        du = torch.addcmul(torch.full((), GELU_K, dtype=x.dtype), x, x, value=3 * GELU_A * GELU_K)
+        return grad * torch.addcmul(s, s * (1 - s), du.mul_(x))
+
+
+def _linear(x, weight, bias):
+    """x @ weight + bias for each run: (E, N, in) @ (E, in, out) + (E, 1, out) -> (E, N, out)."""
+    return torch.baddbmm(bias, x, weight) if bias is not None else torch.bmm(x, weight)
+
+
+def _layer_norm(x, weight, bias, eps: float = 1e-5):
+    """LayerNorm with each run's own scale and shift: (E, N, D) with (E, 1, D)."""
+    return torch.addcmul(bias, F.layer_norm(x, x.shape[-1:], eps=eps), weight)
+
+
+class StackedDecoderLM:
+    """E torch_ref.DecoderLM of one shape (learned positions, no dropout, no tied head) as stacked
+    tensors: `params[name]` is (E, ...) for each of the model's parameters, q, k and v's weights
+    joined into one `qkv` (E, D, 3D) per layer."""
+
+    def __init__(self, models: list):
+        first = models[0]
+        self.n_layers, self.n_head = len(first.layers), first.layers[0].attention.n_head
+        self.pre_ln = first.ln is not None
+        if first.lm_head is None or first.position_embeddings is None:
+            raise ValueError("StackedDecoderLM stacks DecoderLMs with learned positions and an lm_head")
+        states = [m.state_dict() for m in models]
+        self.params = {name: torch.stack([s[name] for s in states]).detach().clone()
+                       for name in self._own_names(states[0])}
+        for i in range(self.n_layers):
+            attention = f"layers.{i}.attention."
+            for part in ("weights", "bias"):
+                self.params[f"layers.{i}.qkv.{part}"] = torch.stack([
+                    torch.cat([s[f"{attention}{p}_projection.{part}"] for p in "qkv"], dim=-1)
+                    for s in states])
+        for name, tensor in self.params.items():
+            if name.endswith(".bias") or name.split(".")[-2].startswith("ln"):
+                # (E, out) -> (E, 1, out): broadcast over the rows
+                tensor = tensor.reshape(len(models), 1, -1).clone()
+            self.params[name] = tensor.requires_grad_(True)
+
+    @staticmethod
+    def _own_names(state: dict) -> list:
+        return [name for name in state
+                if not any(f"{p}_projection" in name for p in "qkv")]
+
+    @property
+    def size(self) -> int:
+        return self.params["token_embeddings.weights"].shape[0]
+
+    def parameters(self) -> list:
+        return list(self.params.values())
+
+    def __call__(self, idx):
+        """
+        Args:
+            idx: (E, B, S) token ids, run e's batch in row e
+        Returns:
+            logits: (E, B·S, V)
+        """
+        p, (E, B, S) = self.params, idx.shape
+        D = p["token_embeddings.weights"].shape[-1]
+        offsets = torch.arange(E).view(E, 1, 1) * V                    # run e's rows of the tables
+        x = F.embedding(idx + offsets, p["token_embeddings.weights"].view(E * V, D))  # (E, B, S, D)
+        x = (x + p["position_embeddings.weights"][:, None, :S]).view(E, B * S, D)     # (E, B·S, D)
+        for i in range(self.n_layers):
+            x = self._layer(x, i, B, S)
+        if self.pre_ln:
+            x = _layer_norm(x, p["ln.weights"], p["ln.bias"])
+        return torch.bmm(x, p["lm_head.weights"])                       # (E, B·S, V)
+
+    def _layer(self, x, i: int, B: int, S: int):
+        p, L = self.params, f"layers.{i}."
+        ln_1 = lambda y: _layer_norm(y, p[L + "ln_1.weights"], p[L + "ln_1.bias"])
+        ln_2 = lambda y: _layer_norm(y, p[L + "ln_2.weights"], p[L + "ln_2.bias"])
+        if self.pre_ln:
+            x = x + self._attention(ln_1(x), L, B, S)
+            return x + self._feed_forward(ln_2(x), L)
+        x = ln_1(x + self._attention(x, L, B, S))
+        return ln_2(x + self._feed_forward(x, L))
+
+    def _attention(self, x, L: str, B: int, S: int):
+        p, (E, _, D), h = self.params, x.shape, self.n_head
+        qkv = _linear(x, p[L + "qkv.weights"], p[L + "qkv.bias"])          # (E, B·S, 3D)
+        # (E, B·S, 3D) -> (3, E·B, h, S, D/h): q, k and v with their heads split
+        q, k, v = qkv.view(E * B, S, 3, h, D // h).permute(2, 0, 3, 1, 4)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)        # (E·B, h, S, D/h)
+        out = out.permute(0, 2, 1, 3).reshape(E, B * S, D)   # (E·B, h, S, D/h) -> (E, B·S, D)
+        return _linear(out, p[L + "attention.out_projection.weights"],
+                       p[L + "attention.out_projection.bias"])
+
+    def _feed_forward(self, x, L: str):
+        p = self.params
+        hidden = _Gelu.apply(_linear(x, p[L + "ff.linear_in.weights"], p[L + "ff.linear_in.bias"]))
+        return _linear(hidden, p[L + "ff.linear_out.weights"], p[L + "ff.linear_out.bias"])
+
+    def state_dicts(self) -> list:
+        """Each run's parameters under torch_ref.DecoderLM's names and shapes (copies)."""
+        out = []
+        for e in range(self.size):
+            state = {}
+            for name, tensor in self.params.items():
+                value = tensor[e].detach().clone()
+                if ".qkv." in name:
+                    layer, part = name.split(".qkv.")
+                    for p, piece in zip("qkv", value.chunk(3, dim=-1)):
+                        state[f"{layer}.attention.{p}_projection.{part}"] = piece.reshape(-1)\
+                            if part == "bias" else piece.contiguous()
+                else:
+                    state[name] = value.reshape(-1) if value.shape[0] == 1 else value
+            out.append(state)
+        return out
+
+
+def losses(logits, targets):
+    """Each run's mean cross-entropy: (E, N, V) logits, (E, N) targets -> (E,)."""
+    E, N, _ = logits.shape
+    return F.cross_entropy(logits.reshape(E * N, V), targets.reshape(E * N),
+                           reduction="none").view(E, N).mean(dim=1)
