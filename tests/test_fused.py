@@ -205,7 +205,7 @@ def test_flash_attention_saves_no_scores_and_writes_heads_merged():
     out = tensor.flash_attention(*views(), causal=True, block_size=3)
     assert out.shape == (2, 3, 7, 4) and out.permute(0, 2, 1, 3).is_contiguous()   # (B, S, h, Dh) in memory
     assert all(a.shape[-2:] != (7, 7) for a in out._saved)
-    assert tensor.MASK_VALUE == transformer.MASK_VALUE
+    assert transformer.MASK_VALUE is tensor.MASK_VALUE      # one convention, defined once
 
 
 def test_bad_input_gets_clear_errors():

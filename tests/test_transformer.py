@@ -242,6 +242,21 @@ def test_causal_mask_and_weights():
     np.testing.assert_allclose(w.sum(-1), 1.0, rtol=0, atol=1e-15)
 
 
+def test_self_attention_makes_the_causal_mask_itself():
+    """causal=True (what forward passes) is HW3's call with create_causal_mask, bit for bit, with
+    or without a pad mask added to it."""
+    mha = transformer.MultiHeadAttention(D, H, causal=True, p_dropout=0.0)
+    q, kT, v = mha.project_to_query_key_value(leaf((B, 5, D)))
+    causal_mask = mha.create_causal_mask(5)
+    pad = mha.create_pad_mask(np.array([[False] * 5, [True, True, False, False, False]]))
+    for mask in (None, pad):
+        given = causal_mask if mask is None else causal_mask + mask
+        made = mha.self_attention(q, kT, v, mask, causal=True).data
+        assert (made == mha.self_attention(q, kT, v, given).data).all()
+    with pytest.raises(ValueError, match="causal mask needs as many keys as queries"):
+        mha.self_attention(q, Tensor(kT.data[..., :4]), Tensor(v.data[:, :, :4]), causal=True)
+
+
 @pytest.mark.parametrize("j", [0, 2, 4])
 def test_future_token_changes_nothing_before_it(j):
     model = transformer.DecoderLM(V + 3, D, H, n_positions=6, n_layers=2, p_dropout=0.0)

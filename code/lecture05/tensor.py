@@ -1,7 +1,8 @@
 """Lecture 5's autodiff framework: a float64 Tensor over numpy with reverse-mode differentiation.
 
 Lecture 6 builds every HW3 module (code/lecture06/transformer.py) from the primitives below and
-nothing else, so this file is the whole engine: read it top to bottom once.
+nothing else, so this file is the whole engine. A first reading stops at the ruler "beyond the
+notes": everything above it is lecture 5's framework (notes §9.1).
 
 How it works (micrograd's design, with arrays):
 - A Tensor wraps a float64 numpy array. Strides are numpy's own, so `permute` is zero-copy and
@@ -14,17 +15,16 @@ How it works (micrograd's design, with arrays):
   backpropagated through once: the closures are released, and a second backward() through them
   is refused unless the first one was called with retain_graph=True.
 - Every primitive call increments `OP_COUNTS[kind]`: each call would be one kernel launch on a
-  GPU, which is what script 03 part 5 counts (notes §8.4). Beside it, `TRAFFIC` counts launches
-  (forward calls and backward-closure calls), the bytes each launch reads and writes, and matmul
-  FLOPs; `saved_bytes` adds up what a graph's closures keep alive for backward (03 part 7, 06 part 6).
-- At the end, fused primitives (one launch forward, one backward, each backward derived by hand, as
-  the course's CUDA homework does) and a flash-attention core: what fusion buys, measured.
+  GPU, which is what script 03 part 5 counts (notes §8.4).
 
 The primitives (16): add, sub, mul, div, neg, exp, log, sigmoid, relu, matmul, sum, max (value
-only, treated as a constant), view, permute, contiguous, embedding (gather; backward is scatter-add).
-Softmax, GELU, 1/sqrt are compositions of these. The fused primitives (4): layer_norm, softmax
-(scale and additive mask folded in), gelu, flash_attention; lecture 6 uses them only inside
-`transformer.fused()`.
+only, treated as a constant), view, permute, contiguous, embedding (gather; backward is
+scatter-add). Softmax, GELU, 1/sqrt are compositions of these.
+
+Beyond the notes, after the ruler (03 part 7, 06 part 6): `count_traffic` and `saved_bytes` (the
+bytes each launch moves, what a graph keeps alive for backward) and four fused primitives,
+layer_norm, softmax, gelu and flash_attention (one launch each way, each backward derived by hand),
+which lecture 6 calls only inside `transformer.fused()`.
 """
 from __future__ import annotations
 
@@ -39,71 +39,13 @@ OP_COUNTS: Counter = Counter()
 
 @contextmanager
 def count_ops():
-    """Count primitive calls inside the block: `with count_ops() as counts: ...` -> Counter by kind."""
+    """`with count_ops() as counts: ...` -> a Counter, by kind, of the primitive calls inside."""
     counts = Counter()
     before = OP_COUNTS.copy()
     try:
         yield counts
     finally:
         counts.update(OP_COUNTS - before)
-
-
-class Traffic:
-    """What the launches inside a block cost: Counters keyed by (pass, kind), pass "forward" (a
-    primitive's call) or "backward" (its closure's call). A launch is charged the bytes of every array
-    it reads and writes, once (a GPU kernel's global-memory traffic with perfect caching); view and
-    permute move nothing (they change strides only), nor do the backward closures of view, permute and
-    contiguous (they hand the gradient on). flops: multiply-adds ×2 of matmul and flash_attention only,
-    as the notes count."""
-
-    def __init__(self):
-        self.launches, self.bytes, self.flops = Counter(), Counter(), Counter()
-
-    def total(self, field: str, direction: str | None = None) -> int:
-        return sum(n for (d, _), n in getattr(self, field).items() if direction in (None, d))
-
-
-TRAFFIC = Traffic()
-MOVES_NOTHING = {"forward": {"view", "permute"}, "backward": {"view", "permute", "contiguous"}}
-
-
-def _charge(direction: str, kind: str, nbytes: int, flops: int = 0):
-    TRAFFIC.launches[direction, kind] += 1
-    TRAFFIC.bytes[direction, kind] += 0 if kind in MOVES_NOTHING[direction] else nbytes
-    TRAFFIC.flops[direction, kind] += flops
-
-
-@contextmanager
-def count_traffic():
-    """`with count_traffic() as traffic: ...` -> a Traffic of the launches made inside the block."""
-    traffic = Traffic()
-    before = [counter.copy() for counter in (TRAFFIC.launches, TRAFFIC.bytes, TRAFFIC.flops)]
-    try:
-        yield traffic
-    finally:
-        for mine, now, then in zip((traffic.launches, traffic.bytes, traffic.flops),
-                                   (TRAFFIC.launches, TRAFFIC.bytes, TRAFFIC.flops), before):
-            mine.update(now - then)
-
-
-def _kept(*pairs) -> tuple:
-    """The arrays a backward closure reads: of each (array, needed) pair, the array if needed."""
-    return tuple(array for array, needed in pairs if needed)
-
-
-def _owner(array: np.ndarray) -> np.ndarray:
-    """The array that owns a view's memory (a view keeps its owner alive)."""
-    while isinstance(array.base, np.ndarray):
-        array = array.base
-    return array
-
-
-def saved_bytes(root: "Tensor", exclude=()) -> int:
-    """Bytes the backward closures of root's graph keep alive: each buffer once (a view counts as
-    the array it views), single numbers (constants) and the arrays of `exclude` (parameters) left out."""
-    left_out = {id(_owner(t.data)) for t in exclude}
-    buffers = {id(_owner(a)): _owner(a) for node in graph(root) for a in node._saved if a.ndim}
-    return sum(a.nbytes for key, a in buffers.items() if key not in left_out)
 
 
 _grad_enabled = True
@@ -131,7 +73,8 @@ def _unbroadcast(grad: np.ndarray, shape: tuple) -> np.ndarray:
 
 
 def _broadcasts(a: tuple, b: tuple) -> bool:
-    """Whether shapes a and b broadcast (numpy's rule; in plain Python, as np.broadcast_shapes is slow)."""
+    """Whether shapes a and b broadcast: numpy's rule, in plain Python (np.broadcast_shapes is
+    slow)."""
     return a == b or all(x == y or x == 1 or y == 1 for x, y in zip(reversed(a), reversed(b)))
 
 
@@ -139,13 +82,6 @@ def _broadcast_shape(a: tuple, b: tuple, op: str):
     if not _broadcasts(a, b):
         raise ValueError(f"{op}: shapes {a} and {b} cannot broadcast; "
                          f"trailing dimensions must be equal or 1")
-
-
-def _matmul_cost(a: "Tensor", b: "Tensor", out_data: np.ndarray) -> dict:
-    """A matmul's saved arrays and FLOPs: 2·K per output element forward, as much per input gradient."""
-    flops = 2 * out_data.size * a.shape[-1]
-    return dict(saved=_kept((b.data, a.requires_grad), (a.data, b.requires_grad)), flops=flops,
-                backward_flops=flops * (a.requires_grad + b.requires_grad))
 
 
 def _released(g):
@@ -202,19 +138,10 @@ class Tensor:
     def detach(self) -> "Tensor":
         return Tensor(self.data)
 
-    def __getstate__(self) -> dict:
-        """A pickled tensor (a trained model sent home by a worker process) is its data and gradient; the
-        graph that computed it, closures and all, stays behind, as it would after torch.save."""
-        return {"data": self.data, "requires_grad": self.requires_grad, "grad": self.grad}
-
-    def __setstate__(self, state: dict):
-        Tensor.__init__(self, state["data"], requires_grad=state["requires_grad"])
-        self.grad = state["grad"]
-
     def _accumulate(self, grad: np.ndarray):
-        """Add a contribution to .grad. The first one is kept as is, without a copy (most tensors get
-        just one); it may be shared with another tensor, so a second one makes a fresh sum rather
-        than writing into it. backward() gives leaves a private copy at the end."""
+        """Add a contribution to .grad. The first one is kept as is, without a copy (most tensors
+        get just one); it may be shared with another tensor, so a second one makes a fresh sum
+        rather than writing into it. backward() gives leaves a private copy at the end."""
         if self.grad is None:
             self.grad, self._grad_owned = grad, False
         elif self._grad_owned:
@@ -227,14 +154,15 @@ class Tensor:
         return x if isinstance(x, Tensor) else Tensor(x)
 
     def _result(self, data: np.ndarray, parents: tuple, op: str, backward, saved: tuple = (),
-                written: tuple = (), flops: int = 0, backward_flops: int = 0, read=None) -> "Tensor":
+                written: tuple = (), flops: int = 0, backward_flops: int = 0,
+                read=None) -> "Tensor":
         """Create an op's output; keep the graph only if some input needs a gradient.
 
-        saved: the arrays backward reads; written: what the forward writes beside its output (a
-        fused kernel's per-row statistics); read: bytes read, when not all of every input."""
+        The other arguments are for the accounting after the ruler (03 part 7): saved, the arrays
+        backward reads; written, what the forward writes beside its output (a fused kernel's per-row
+        statistics); read, bytes read when not all of every input; flops and backward_flops."""
         OP_COUNTS[op] += 1
-        read = sum(p.data.nbytes for p in parents) if read is None else read
-        _charge("forward", op, read + data.nbytes + sum(w.nbytes for w in written), flops)
+        _charge_forward(op, parents, data, written, read, flops)
         needs_grad = _grad_enabled and any([p.requires_grad for p in parents])
         out = Tensor(data, requires_grad=needs_grad, _parents=parents if needs_grad else (), _op=op)
         if needs_grad:
@@ -282,7 +210,7 @@ class Tensor:
         return self._result(a.data - b.data, (a, b), "sub", backward)
 
     def __truediv__(self, other) -> "Tensor":
-        if not isinstance(other, Tensor):   # a constant: multiply by its reciprocal, no graph for it
+        if not isinstance(other, Tensor):  # a constant: multiply by its reciprocal, no graph for it
             return self * (1.0 / other)
         _broadcast_shape(self.shape, other.shape, "div")
         a, b = self, other
@@ -292,7 +220,8 @@ class Tensor:
             if a.requires_grad:
                 a._accumulate(_unbroadcast(g / b.data, a.shape))
             if b.requires_grad:
-                b._accumulate(_unbroadcast(-g * out_data / b.data, b.shape))   # d(a/b)/db = -(a/b)/b
+                # d(a/b)/db = -(a/b)/b
+                b._accumulate(_unbroadcast(-g * out_data / b.data, b.shape))
         return self._result(out_data, (a, b), "div", backward,
                             saved=_kept((b.data, True), (out_data, b.requires_grad)))
 
@@ -319,13 +248,15 @@ class Tensor:
         def backward(g):
             with np.errstate(divide="ignore"):
                 a._accumulate(g / a.data)
-        with np.errstate(divide="ignore"):  # log 0 = -inf, as in torch: logsumexp of an all -inf row needs it
+        # log 0 = -inf, as in torch: logsumexp of an all -inf row needs it
+        with np.errstate(divide="ignore"):
             return self._result(np.log(a.data), (a,), "log", backward, saved=(a.data,))
 
     def sigmoid(self) -> "Tensor":
         a = self
-        # 1/(1 + e^-x) is accurate everywhere; for x < -709 e^-x overflows to inf and 1/inf = 0 is right.
-        out_data = np.negative(a.data, out=np.empty_like(a.data))  # in place from here on (out= keeps 0-d arrays)
+        # 1/(1 + e^-x) is accurate everywhere; for x < -709 e^-x overflows to inf and 1/inf = 0 is
+        # right. In place from here on (out= keeps 0-d arrays).
+        out_data = np.negative(a.data, out=np.empty_like(a.data))
         with np.errstate(over="ignore"):
             np.exp(out_data, out=out_data)
         out_data += 1.0
@@ -346,17 +277,20 @@ class Tensor:
         other = self._wrap(other)
         a, b = self, other
         if a.ndim < 2 or b.ndim < 2:
-            raise ValueError(f"matmul: both inputs need at least 2 dimensions, got {a.shape} @ {b.shape}")
+            raise ValueError(f"matmul: both inputs need at least 2 dimensions, "
+                             f"got {a.shape} @ {b.shape}")
         if a.shape[-1] != b.shape[-2]:
             raise ValueError(f"matmul: shapes {a.shape} @ {b.shape} do not line up: "
                              f"the last dimension of the left ({a.shape[-1]}) must equal "
                              f"the second-to-last of the right ({b.shape[-2]})")
         if not _broadcasts(a.shape[:-2], b.shape[:-2]):
-            raise ValueError(f"matmul: batch dimensions of {a.shape} and {b.shape} cannot broadcast")
+            raise ValueError(f"matmul: batch dimensions of {a.shape} and {b.shape} "
+                             f"cannot broadcast")
 
         if b.ndim == 2 and a.ndim > 2:
-            # (..., n, k) @ (k, m) as one (N, k) @ (k, m) product: one BLAS call instead of one per batch
-            # entry, and the weight's gradient comes out summed over the batch with no (..., k, m) temporary
+            # (..., n, k) @ (k, m) as one (N, k) @ (k, m) product: one BLAS call instead of one per
+            # batch entry, and the weight's gradient comes out summed over the batch with no
+            # (..., k, m) temporary
             rows_a = a.data.reshape(-1, a.shape[-1])
 
             def backward(g):
@@ -366,7 +300,8 @@ class Tensor:
                 if b.requires_grad:
                     b._accumulate(rows_a.T @ rows_g)
             out_data = (rows_a @ b.data).reshape(*a.shape[:-1], b.shape[-1])
-            return self._result(out_data, (a, b), "matmul", backward, **_matmul_cost(a, b, out_data))
+            return self._result(out_data, (a, b), "matmul", backward,
+                                **_matmul_cost(a, b, out_data))
 
         def backward(g):
             if a.requires_grad:
@@ -389,12 +324,13 @@ class Tensor:
         """The maximum's value as a constant (no gradient): softmax and logsumexp subtract it,
         and softmax(x - m) is the same for every m, so treating m as constant is exact (notes §9.1).
 
-        finite=True gives 0 where the maximum is ±inf: any finite shift is exact, and an infinite one
-        would turn inf - inf into nan (torch.logsumexp shifts the same way). The maximum of an empty
-        row is -inf (numpy would raise), so a length-0 sequence goes through softmax as through torch."""
+        finite=True gives 0 where the maximum is ±inf: any finite shift is exact, and an infinite
+        one would turn inf - inf into nan (torch.logsumexp shifts the same way). The maximum of an
+        empty row is -inf (numpy would raise), so a length-0 sequence goes through softmax as
+        through torch."""
         OP_COUNTS["max"] += 1
         m = self.data.max(axis=axis, keepdims=keepdims, initial=-np.inf)
-        _charge("forward", "max", self.data.nbytes + m.nbytes)
+        _charge_forward("max", (self,), m)
         return Tensor(np.where(np.isinf(m), 0.0, m) if finite else m)
 
     def view(self, *shape) -> "Tensor":
@@ -408,8 +344,9 @@ class Tensor:
         try:
             out_data = a.data.reshape(shape)
         except ValueError:
-            raise ValueError(f"view: cannot view a tensor of shape {a.shape} ({a.data.size} elements) "
-                             f"as {shape}; the number of elements must match") from None
+            raise ValueError(f"view: cannot view a tensor of shape {a.shape} "
+                             f"({a.data.size} elements) as {shape}; the number of elements "
+                             f"must match") from None
 
         def backward(g):
             a._accumulate(g.reshape(a.shape))
@@ -422,7 +359,8 @@ class Tensor:
         if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
             dims = tuple(dims[0])
         if sorted(dims) != list(range(a.ndim)):
-            raise ValueError(f"permute: {dims} is not a permutation of the {a.ndim} dimensions of {a.shape}")
+            raise ValueError(f"permute: {dims} is not a permutation of the {a.ndim} dimensions "
+                             f"of {a.shape}")
         inverse = np.argsort(dims)
 
         def backward(g):
@@ -451,7 +389,8 @@ class Tensor:
 
     def __pow__(self, exponent: int):
         if not isinstance(exponent, int) or exponent < 1:
-            raise ValueError(f"pow: only positive integer exponents are supported, got {exponent!r}")
+            raise ValueError(f"pow: only positive integer exponents are supported, "
+                             f"got {exponent!r}")
         out = self
         for _ in range(exponent - 1):
             out = out * self
@@ -484,25 +423,27 @@ class Tensor:
             grad = np.ones_like(self.data)
         grad = np.asarray(grad, dtype=DTYPE)
         if grad.shape != self.shape:
-            raise ValueError(f"backward: grad has shape {grad.shape} but the output has shape {self.shape}")
+            raise ValueError(f"backward: grad has shape {grad.shape} but the output has shape "
+                             f"{self.shape}")
 
         order = graph(self, only_grad=True)
-        if any(node._backward is _released for node in order):  # checked before any gradient is touched
-            raise RuntimeError("backward: this graph has already been backpropagated through, and its "
-                               "backward closures released; doing it again would add the same gradients "
-                               "a second time. Call the first backward(retain_graph=True) to go through "
-                               "the graph twice, or run the forward pass again")
+        # checked before any gradient is touched
+        if any(node._backward is _released for node in order):
+            raise RuntimeError("backward: this graph has already been backpropagated through, and "
+                               "its backward closures released; doing it again would add the same "
+                               "gradients a second time. Call the first "
+                               "backward(retain_graph=True) to go through the graph twice, or run "
+                               "the forward pass again")
 
         self._accumulate(grad)
         for node in reversed(order):
             if node._backward is None:
                 if node.grad is not None and not node._grad_owned:
-                    node.grad, node._grad_owned = np.array(node.grad), True  # a leaf's own, writable copy
+                    # a leaf's own, writable copy
+                    node.grad, node._grad_owned = np.array(node.grad), True
                 continue
             if node.grad is not None:
-                written = sum(p.data.nbytes for p in node._parents if p.requires_grad)
-                _charge("backward", node._op, node.grad.nbytes + sum(a.nbytes for a in node._saved)
-                        + written, node._backward_flops)
+                _charge_backward(node)
                 node._backward(node.grad)
                 node.grad = None  # free intermediates' gradients
             if not retain_graph:
@@ -510,9 +451,10 @@ class Tensor:
 
 
 def graph(root: Tensor, only_grad: bool = False) -> list:
-    """Every tensor `root` was computed from, root included, each once, in topological order: a tensor comes
-    after the tensors it was made from. only_grad=True follows only tensors that require a gradient (what
-    backward() visits). One walk for backward() and for anyone who reads the graph (FLOP counts, tests)."""
+    """Every tensor `root` was computed from, root included, each once, in topological order: a
+    tensor comes after the tensors it was made from. only_grad=True follows only tensors that
+    require a gradient (what backward() visits). One walk for backward() and for anyone who reads
+    the graph (FLOP counts, tests)."""
     order, visited, stack = [], set(), [(root, False)]
     while stack:  # iterative post-order DFS: deep graphs never hit the recursion limit
         node, parents_done = stack.pop()
@@ -523,7 +465,8 @@ def graph(root: Tensor, only_grad: bool = False) -> list:
             continue
         visited.add(id(node))
         stack.append((node, True))
-        stack.extend((p, False) for p in node._parents if (p.requires_grad or not only_grad) and id(p) not in visited)
+        stack.extend((p, False) for p in node._parents
+                     if (p.requires_grad or not only_grad) and id(p) not in visited)
     return order
 
 
@@ -532,7 +475,8 @@ def tensor(data, requires_grad: bool = False) -> Tensor:
 
 
 def embedding(weight: Tensor, indices) -> Tensor:
-    """Row lookup weight[indices] (gather); the backward scatter-adds rows, so repeated ids add up."""
+    """Row lookup weight[indices] (gather); the backward scatter-adds rows, so repeated ids add
+    up."""
     idx = np.asarray(indices.data if isinstance(indices, Tensor) else indices)
     if idx.dtype == bool:  # numpy would read True/False as ids 1/0 (or torch as a mask)
         raise TypeError("embedding: indices are bool (a mask?); token ids must be integers")
@@ -543,23 +487,116 @@ def embedding(weight: Tensor, indices) -> Tensor:
             raise TypeError(f"embedding: indices must be integers, got dtype {idx.dtype}")
     n_rows = weight.shape[0]
     if idx.size and (idx.min() < 0 or idx.max() >= n_rows):
-        raise IndexError(f"embedding: index {int(idx.max() if idx.max() >= n_rows else idx.min())} is out "
-                         f"of range for a table with {n_rows} rows (valid ids: 0..{n_rows - 1})")
+        bad = int(idx.max() if idx.max() >= n_rows else idx.min())
+        raise IndexError(f"embedding: index {bad} is out of range for a table with {n_rows} rows "
+                         f"(valid ids: 0..{n_rows - 1})")
 
     def backward(g):
         grad = np.zeros_like(weight.data)
         np.add.at(grad, idx.reshape(-1), g.reshape(-1, weight.shape[1]))
         weight._accumulate(grad)
     rows = weight.data[idx]
+    # it reads the rows it gathers, not the whole table
     return weight._result(rows, (weight,), "embedding", backward, saved=(idx,),
-                          read=rows.nbytes + idx.nbytes)   # the rows it gathers, not the whole table
+                          read=rows.nbytes + idx.nbytes)
 
 
-# ---- fused primitives: one launch forward, one backward, each backward derived by hand ---------------
-# What the course's CUDA homework does for softmax and LayerNorm: the composed versions above make 7 to
-# 20 launches, each reading and writing a whole tensor; these make one each way. Lecture 6 calls them
-# only inside `transformer.fused()`, so its HW3 modules stay free of hand-written backward by default.
-MASK_VALUE = -1e9   # what flash_attention's causal mask adds: transformer.MASK_VALUE, the one convention
+# ==== beyond the notes: accounting and fusion (03 part 7, 06 part 6) ==============================
+# A first reading stops above. What follows measures what the primitives above cost (launches,
+# bytes moved, FLOPs, memory kept for backward) and adds fused primitives that cost less.
+
+# ---- traffic accounting: the hooks the primitives call, and the counters they fill ---------------
+class Traffic:
+    """What the launches inside a block cost: Counters keyed by (pass, kind), pass "forward" (a
+    primitive's call) or "backward" (its closure's call). A launch is charged the bytes of every
+    array it reads and writes, once (a GPU kernel's global-memory traffic with perfect caching);
+    view and permute move nothing (they change strides only), nor do the backward closures of view,
+    permute and contiguous (they hand the gradient on). flops: multiply-adds ×2 of matmul and
+    flash_attention only, as the notes count."""
+
+    def __init__(self):
+        self.launches, self.bytes, self.flops = Counter(), Counter(), Counter()
+
+    def total(self, field: str, direction: str | None = None) -> int:
+        return sum(n for (d, _), n in getattr(self, field).items() if direction in (None, d))
+
+
+TRAFFIC = Traffic()
+MOVES_NOTHING = {"forward": {"view", "permute"}, "backward": {"view", "permute", "contiguous"}}
+
+
+def _charge(direction: str, kind: str, nbytes: int, flops: int = 0):
+    TRAFFIC.launches[direction, kind] += 1
+    TRAFFIC.bytes[direction, kind] += 0 if kind in MOVES_NOTHING[direction] else nbytes
+    TRAFFIC.flops[direction, kind] += flops
+
+
+def _charge_forward(op: str, parents: tuple, data: np.ndarray, written: tuple = (), read=None,
+                    flops: int = 0):
+    """A primitive's call: what it reads (all of every input unless told), writes and computes."""
+    read = sum(p.data.nbytes for p in parents) if read is None else read
+    _charge("forward", op, read + data.nbytes + sum(w.nbytes for w in written), flops)
+
+
+def _charge_backward(node: "Tensor"):
+    """A backward closure's call: it reads the gradient and the saved arrays and writes a gradient
+    for each input that requires one."""
+    written = sum(p.data.nbytes for p in node._parents if p.requires_grad)
+    _charge("backward", node._op, node.grad.nbytes + sum(a.nbytes for a in node._saved) + written,
+            node._backward_flops)
+
+
+@contextmanager
+def count_traffic():
+    """`with count_traffic() as traffic: ...` -> a Traffic of the launches made inside the block."""
+    traffic = Traffic()
+    before = [counter.copy() for counter in (TRAFFIC.launches, TRAFFIC.bytes, TRAFFIC.flops)]
+    try:
+        yield traffic
+    finally:
+        for mine, now, then in zip((traffic.launches, traffic.bytes, traffic.flops),
+                                   (TRAFFIC.launches, TRAFFIC.bytes, TRAFFIC.flops), before):
+            mine.update(now - then)
+
+
+def _kept(*pairs) -> tuple:
+    """The arrays a backward closure reads: of each (array, needed) pair, the array if needed."""
+    return tuple(array for array, needed in pairs if needed)
+
+
+def _owner(array: np.ndarray) -> np.ndarray:
+    """The array that owns a view's memory (a view keeps its owner alive)."""
+    while isinstance(array.base, np.ndarray):
+        array = array.base
+    return array
+
+
+def saved_bytes(root: "Tensor", exclude=()) -> int:
+    """Bytes the backward closures of root's graph keep alive: each buffer once (a view counts as
+    the array it views), single numbers (constants) and the arrays of `exclude` (parameters) left
+    out."""
+    left_out = {id(_owner(t.data)) for t in exclude}
+    buffers = {id(_owner(a)): _owner(a) for node in graph(root) for a in node._saved if a.ndim}
+    return sum(a.nbytes for key, a in buffers.items() if key not in left_out)
+
+
+def _matmul_cost(a: "Tensor", b: "Tensor", out_data: np.ndarray) -> dict:
+    """A matmul's saved arrays and FLOPs: 2·K per output element forward, as much per input
+    gradient."""
+    flops = 2 * out_data.size * a.shape[-1]
+    return dict(saved=_kept((b.data, a.requires_grad), (a.data, b.requires_grad)), flops=flops,
+                backward_flops=flops * (a.requires_grad + b.requires_grad))
+
+
+# ---- fused primitives: one launch forward, one backward, each backward derived by hand ----------
+# What the course's CUDA homework does for softmax and LayerNorm: the composed versions above make
+# 7 to 20 launches, each reading and writing a whole tensor; these make one each way. Lecture 6
+# calls them only inside `transformer.fused()`, so its HW3 modules stay free of hand-written
+# backward by default.
+
+# The one additive-mask convention (lecture 6, notes §2.3): 0 where a query may look, MASK_VALUE
+# where it may not. flash_attention's causal mask adds it; transformer.py imports it from here.
+MASK_VALUE = -1e9
 
 
 def _constant_mask(mask, shape: tuple, op: str):
@@ -567,25 +604,26 @@ def _constant_mask(mask, shape: tuple, op: str):
     if mask is None:
         return None
     if isinstance(mask, Tensor) and mask.requires_grad:
-        raise ValueError(f"{op}: the mask requires a gradient; a mask is a constant (0 where a query may "
-                         f"look, {MASK_VALUE:g} where it may not), so pass it without requires_grad")
+        raise ValueError(f"{op}: the mask requires a gradient; a mask is a constant (0 where a "
+                         f"query may look, {MASK_VALUE:g} where it may not), so pass it without "
+                         f"requires_grad")
     mask = np.asarray(mask.data if isinstance(mask, Tensor) else mask, dtype=DTYPE)
     if len(mask.shape) > len(shape) or not _broadcasts(mask.shape, shape):
-        raise ValueError(f"{op}: a mask of shape {mask.shape} does not broadcast to the scores' shape "
-                         f"{shape}; trailing dimensions must be equal or 1")
+        raise ValueError(f"{op}: a mask of shape {mask.shape} does not broadcast to the scores' "
+                         f"shape {shape}; trailing dimensions must be equal or 1")
     return mask
 
 
 def layer_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e-5) -> Tensor:
     """(x - μ)/√(σ² + eps) · weight + bias over the last dimension (biased σ², eps inside the root).
 
-    Forward writes y and, per row, μ and r = 1/√(σ² + eps); backward reads x, μ, r (x̂ is recomputed).
-    Backward, with x̂ = (x - μ)·r, g = dy∘weight and n the row length: ∂x̂_j/∂x_i = r(δ_ij - 1/n - x̂_i x̂_j/n)
-    (μ moves by 1/n, r by -r x̂_i/n), so dx = r(g - mean(g) - x̂·mean(g∘x̂)); dweight = Σ_rows dy∘x̂,
-    dbias = Σ_rows dy."""
+    Forward writes y and, per row, μ and r = 1/√(σ² + eps); backward reads x, μ, r (x̂ is
+    recomputed). Backward, with x̂ = (x - μ)·r, g = dy∘weight and n the row length:
+    ∂x̂_j/∂x_i = r(δ_ij - 1/n - x̂_i x̂_j/n) (μ moves by 1/n, r by -r x̂_i/n), so
+    dx = r(g - mean(g) - x̂·mean(g∘x̂)); dweight = Σ_rows dy∘x̂, dbias = Σ_rows dy."""
     if weight.shape != x.shape[-1:] or bias.shape != x.shape[-1:]:
-        raise ValueError(f"layer_norm: weight {weight.shape} and bias {bias.shape} must both have shape "
-                         f"({x.shape[-1]},), the last dimension of x {x.shape}")
+        raise ValueError(f"layer_norm: weight {weight.shape} and bias {bias.shape} must both have "
+                         f"shape ({x.shape[-1]},), the last dimension of x {x.shape}")
     mean = x.data.mean(axis=-1, keepdims=True)                        # (..., 1)
     centred = x.data - mean
     inv_std = 1.0 / np.sqrt((centred * centred).mean(axis=-1, keepdims=True) + eps)
@@ -601,16 +639,19 @@ def layer_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e-5) -> Te
             gw = g * weight.data
             x._accumulate(inv_std * (gw - gw.mean(axis=-1, keepdims=True)
                                      - x_hat * (gw * x_hat).mean(axis=-1, keepdims=True)))
-    return x._result(centred * inv_std * weight.data + bias.data, (x, weight, bias), "layer_norm", backward,
-                     saved=(x.data, weight.data, mean, inv_std), written=(mean, inv_std))
+    return x._result(centred * inv_std * weight.data + bias.data, (x, weight, bias), "layer_norm",
+                     backward, saved=(x.data, weight.data, mean, inv_std),
+                     written=(mean, inv_std))
 
 
 def softmax(x: Tensor, scale: float = 1.0, mask=None) -> Tensor:
-    """softmax(x·scale + mask) along the last dimension in one launch; the mask is additive and constant.
+    """softmax(x·scale + mask) along the last dimension in one launch; the mask is additive and
+    constant.
 
-    The same arithmetic as transformer.softmax on (x·scale + mask), so a fully masked row gets the same
-    finite weights summing to 1. Backward from the saved output y alone: with z = x·scale + mask,
-    ∂y_i/∂z_j = y_i(δ_ij - y_j), so dz = y∘(dy - Σ_j dy_j y_j), and dx = scale·dz (no gradient to the mask)."""
+    The same arithmetic as transformer.softmax on (x·scale + mask), so a fully masked row gets the
+    same finite weights summing to 1. Backward from the saved output y alone: with
+    z = x·scale + mask, ∂y_i/∂z_j = y_i(δ_ij - y_j), so dz = y∘(dy - Σ_j dy_j y_j), and
+    dx = scale·dz (no gradient to the mask)."""
     mask = _constant_mask(mask, x.shape, "softmax")
     z = x.data * scale if mask is None else x.data * scale + mask
     shifted = z - z.max(axis=-1, keepdims=True, initial=-np.inf)
@@ -650,27 +691,35 @@ def _block_scores(q, kT, mask, causal: bool, scale: float, start: int, stop: int
 
 def flash_attention(q: Tensor, kT: Tensor, v: Tensor, mask=None, causal: bool = False,
                     block_size: int = 64) -> Tensor:
-    """softmax(q kᵀ/√Dh + mask) v in one launch, over key blocks, never forming the S_q × S_k weights.
+    """softmax(q kᵀ/√Dh + mask) v in one launch, over key blocks, never forming the S_q × S_k
+    weights.
 
-    q (..., S_q, Dh), kT (..., Dh, S_k), v (..., S_k, Dv); mask additive and constant, broadcastable to
-    (..., S_q, S_k); causal=True adds MASK_VALUE above the diagonal, made from positions (so no S × S
-    mask is read or kept). The online softmax: per block s, the running row max m, sum l and output acc
-    are rescaled by e^(m - m') when the max grows to m'. Saved for backward: q, k, v, the output and per
-    row m and log l (the logsumexp m + log l in its two parts: at a fully masked row m ≈ -1e9, and the
-    sum would round log l away to ~1e-7). Backward recomputes each block's scores: p = e^((s - m) - log l),
-    D = rowsum(dO∘O) (= Σ_j p_j dp_j), dv = pᵀdO, dp = dO vᵀ, ds = p∘(dp - D), dq += ds k/√Dh,
-    dk = dsᵀq/√Dh. It cannot drop attention weights (it never holds them all)."""
+    q (..., S_q, Dh), kT (..., Dh, S_k), v (..., S_k, Dv); mask additive and constant,
+    broadcastable to (..., S_q, S_k); causal=True adds MASK_VALUE above the diagonal, made from
+    positions (so no S × S mask is read or kept). The online softmax: per block s, the running row
+    max m, sum l and output acc are rescaled by e^(m - m') when the max grows to m'. Saved for
+    backward: q, k, v, the output and per row m and log l (the logsumexp m + log l in its two
+    parts: at a fully masked row m ≈ -1e9, and the sum would round log l away to ~1e-7). Backward
+    recomputes each block's scores: p = e^((s - m) - log l), D = rowsum(dO∘O) (= Σ_j p_j dp_j),
+    dv = pᵀdO, dp = dO vᵀ, ds = p∘(dp - D), dq += ds k/√Dh, dk = dsᵀq/√Dh. It cannot drop
+    attention weights (it never holds them all)."""
     batch, (n_queries, head_dim), n_keys = q.shape[:-2], q.shape[-2:], kT.shape[-1]
-    if kT.shape[:-2] != batch or v.shape[:-2] != batch or kT.shape[-2] != head_dim or v.shape[-2] != n_keys:
-        raise ValueError(f"flash_attention: expected q (..., S_q, Dh), kT (..., Dh, S_k), v (..., S_k, Dv) with "
-                         f"the same leading dimensions, got q {q.shape}, kT {kT.shape}, v {v.shape}")
-    if isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer)) or block_size < 1:
-        raise ValueError(f"flash_attention: block_size must be an integer >= 1, got {block_size!r}")
+    if (kT.shape[:-2] != batch or v.shape[:-2] != batch or kT.shape[-2] != head_dim
+            or v.shape[-2] != n_keys):
+        raise ValueError(f"flash_attention: expected q (..., S_q, Dh), kT (..., Dh, S_k), "
+                         f"v (..., S_k, Dv) with the same leading dimensions, got q {q.shape}, "
+                         f"kT {kT.shape}, v {v.shape}")
+    if (isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer))
+            or block_size < 1):
+        raise ValueError(f"flash_attention: block_size must be an integer >= 1, "
+                         f"got {block_size!r}")
     if n_keys == 0:
-        raise ValueError(f"flash_attention: no keys (kT has shape {kT.shape}); attention needs S_k >= 1")
+        raise ValueError(f"flash_attention: no keys (kT has shape {kT.shape}); attention needs "
+                         f"S_k >= 1")
     if causal and n_keys != n_queries:
-        raise ValueError(f"flash_attention: causal=True needs as many keys as queries, got S_q = {n_queries}, "
-                         f"S_k = {n_keys}; pass the mask as mask= instead (a KV cache's, say)")
+        raise ValueError(f"flash_attention: causal=True needs as many keys as queries, got "
+                         f"S_q = {n_queries}, S_k = {n_keys}; pass the mask as mask= instead "
+                         f"(a KV cache's, say)")
     scores_shape = (*batch, n_queries, n_keys)
     mask = _constant_mask(mask, scores_shape, "flash_attention")
     mask_view = None if mask is None else np.broadcast_to(mask, scores_shape)   # no copy
@@ -686,19 +735,20 @@ def flash_attention(q: Tensor, kT: Tensor, v: Tensor, mask=None, causal: bool = 
         row_sum = row_sum * rescale + p.sum(axis=-1, keepdims=True)
         acc = acc * rescale + p @ v.data[..., start:stop, :]
         row_max = new_max
-    # written in (..., S_q, h, Dv) order, as torch's CPU kernel writes it: merging the heads afterwards
-    # (permute, then contiguous) finds it contiguous, so no second copy of the output is made or kept
-    merged = np.empty((*batch[:-1], n_queries, *batch[-1:], v.shape[-1]))      # (B, S_q, h, Dv)
-    out = np.swapaxes(merged, -3, -2) if batch else merged                     # -> (B, h, S_q, Dv), no copy
+    # written in (..., S_q, h, Dv) order, as torch's CPU kernel writes it: merging the heads
+    # afterwards (permute, then contiguous) finds it contiguous, so no second copy of the output is
+    # made or kept
+    merged = np.empty((*batch[:-1], n_queries, *batch[-1:], v.shape[-1]))   # (B, S_q, h, Dv)
+    out = np.swapaxes(merged, -3, -2) if batch else merged          # -> (B, h, S_q, Dv), no copy
     np.divide(acc, row_sum, out=out)
     log_sum = np.log(row_sum)
 
     def backward(g):
-        row_dot = (g * out).sum(axis=-1, keepdims=True)                   # D = rowsum(dO∘O): (..., S_q, 1)
+        row_dot = (g * out).sum(axis=-1, keepdims=True)       # D = rowsum(dO∘O): (..., S_q, 1)
         dq, dkT, dv = np.zeros(q.shape), np.zeros(kT.shape), np.zeros(v.shape)
         for start, stop in blocks:
             s = _block_scores(q.data, kT.data, mask_view, causal, scale, start, stop)
-            p = np.exp((s - row_max) - log_sum)                           # the block's weights, recomputed
+            p = np.exp((s - row_max) - log_sum)               # the block's weights, recomputed
             dv[..., start:stop, :] = np.swapaxes(p, -1, -2) @ g
             ds = p * (g @ np.swapaxes(v.data[..., start:stop, :], -1, -2) - row_dot) * scale
             dq += ds @ np.swapaxes(kT.data[..., start:stop], -1, -2)
@@ -710,6 +760,7 @@ def flash_attention(q: Tensor, kT: Tensor, v: Tensor, mask=None, causal: bool = 
     kept = (q.data, kT.data, v.data, out, row_max, log_sum) + (() if mask is None else (mask,))
     read = q.data.nbytes + kT.data.nbytes + v.data.nbytes + (0 if mask is None else mask.nbytes)
     # FLOPs per (query, key) pair: forward q·k and p·v; backward q·k again, then dv, dp, dq and dk
-    return q._result(out, (q, kT, v), "flash_attention", backward, saved=kept, written=(row_max, log_sum),
+    return q._result(out, (q, kT, v), "flash_attention", backward, saved=kept,
+                     written=(row_max, log_sum),
                      flops=2 * pairs * (head_dim + v.shape[-1]),
                      backward_flops=2 * pairs * (3 * head_dim + 2 * v.shape[-1]), read=read)

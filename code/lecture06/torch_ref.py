@@ -1,4 +1,5 @@
-"""PyTorch twins of transformer.py's modules: same structure, same parameter names, float64 (notes §9.2).
+"""PyTorch twins of transformer.py's modules: same structure, same parameter names, float64
+(notes §9.2).
 
 `copy_from(our_module)` copies every parameter from a transformer.py module and links each Dropout
 to its twin, so that in training mode the twin applies exactly the mask our side drew last. Run
@@ -17,7 +18,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transformer import MASK_VALUE, check_pad_mask, check_sizes, sinusoidal_positions  # one convention, one encoding
+import paths  # noqa: F401  (makes lecture 5's tensor.py importable)
+# one mask convention, one encoding, the same checks
+from tensor import MASK_VALUE
+from transformer import check_pad_mask, check_sizes, sinusoidal_positions
 
 DTYPE = torch.float64
 
@@ -26,8 +30,10 @@ class Linear(nn.Module):
     def __init__(self, in_size: int, out_size: int, bias: bool = True):
         super().__init__()
         bound = 1.0 / math.sqrt(in_size)
-        self.weights = nn.Parameter(torch.empty(in_size, out_size, dtype=DTYPE).uniform_(-bound, bound))
-        self.bias = nn.Parameter(torch.empty(out_size, dtype=DTYPE).uniform_(-bound, bound)) if bias else None
+        self.weights = nn.Parameter(torch.empty(in_size, out_size, dtype=DTYPE)
+                                    .uniform_(-bound, bound))
+        self.bias = (nn.Parameter(torch.empty(out_size, dtype=DTYPE).uniform_(-bound, bound))
+                     if bias else None)
 
     def forward(self, x):
         return F.linear(x, self.weights.t(), self.bias)  # x @ weights + bias in one fused call
@@ -39,7 +45,8 @@ class Embedding(nn.Module):
         self.weights = nn.Parameter(torch.randn(num_embeddings, embedding_dim, dtype=DTYPE) * std)
 
     def forward(self, ids):
-        if getattr(ids, "dtype", None) in (torch.bool, np.dtype(bool)):  # indexing would read it as a row mask
+        # indexing would read a bool array as a row mask
+        if getattr(ids, "dtype", None) in (torch.bool, np.dtype(bool)):
             raise TypeError("Embedding: ids are bool (a mask?); token ids must be integers")
         return self.weights[ids]
 
@@ -72,11 +79,13 @@ class LayerNorm(nn.Module):
 
 
 class MultiHeadAttention(nn.Module):
-    def __init__(self, n_embd: int, n_head: int, causal: bool = True, p_dropout: float = 0.1, bias: bool = True):
+    def __init__(self, n_embd: int, n_head: int, causal: bool = True, p_dropout: float = 0.1,
+                 bias: bool = True):
         super().__init__()
         check_sizes("MultiHeadAttention", n_embd=(n_embd, 1), n_head=(n_head, 1))
         if n_embd % n_head:
-            raise ValueError(f"MultiHeadAttention: n_embd={n_embd} is not divisible by n_head={n_head}")
+            raise ValueError(f"MultiHeadAttention: n_embd={n_embd} is not divisible by "
+                             f"n_head={n_head}")
         self.n_embd, self.n_head, self.causal = n_embd, n_head, causal
         self.attn_hidden_dim = n_embd // n_head
         self.q_projection = Linear(n_embd, n_embd, bias)
@@ -88,7 +97,8 @@ class MultiHeadAttention(nn.Module):
 
     @staticmethod
     def create_causal_mask(seq_len: int, dtype=DTYPE, device=None):
-        return torch.triu(torch.full((1, 1, seq_len, seq_len), MASK_VALUE, dtype=dtype, device=device), 1)
+        full = torch.full((1, 1, seq_len, seq_len), MASK_VALUE, dtype=dtype, device=device)
+        return torch.triu(full, 1)
 
     def _split_heads(self, x, dims=(0, 2, 1, 3)):
         batch_size, seq_len, _ = x.shape
@@ -124,8 +134,8 @@ class MultiHeadAttention(nn.Module):
 
 
 class FeedForward(nn.Module):
-    def __init__(self, n_embd: int, middle_dim: int | None = None, p_dropout: float = 0.1, bias: bool = True,
-                 activation: str = "gelu"):
+    def __init__(self, n_embd: int, middle_dim: int | None = None, p_dropout: float = 0.1,
+                 bias: bool = True, activation: str = "gelu"):
         super().__init__()
         middle_dim = 4 * n_embd if middle_dim is None else middle_dim
         self.activation = activation
@@ -141,14 +151,16 @@ class FeedForward(nn.Module):
 
 class TransformerLayer(nn.Module):
     def __init__(self, n_embd: int, n_head: int, p_dropout: float = 0.1, ln_eps: float = 1e-5,
-                 bias: bool = True, causal: bool = True, pre_ln: bool = True, middle_dim: int | None = None,
-                 activation: str = "gelu"):
+                 bias: bool = True, causal: bool = True, pre_ln: bool = True,
+                 middle_dim: int | None = None, activation: str = "gelu"):
         super().__init__()
         self.pre_ln = pre_ln
         self.ln_1 = LayerNorm(n_embd, eps=ln_eps)
         self.ln_2 = LayerNorm(n_embd, eps=ln_eps)
-        self.attention = MultiHeadAttention(n_embd, n_head, causal=causal, p_dropout=p_dropout, bias=bias)
-        self.ff = FeedForward(n_embd, middle_dim=middle_dim, p_dropout=p_dropout, bias=bias, activation=activation)
+        self.attention = MultiHeadAttention(n_embd, n_head, causal=causal, p_dropout=p_dropout,
+                                            bias=bias)
+        self.ff = FeedForward(n_embd, middle_dim=middle_dim, p_dropout=p_dropout, bias=bias,
+                              activation=activation)
 
     def forward(self, x, pad_mask=None):
         if self.pre_ln:
@@ -160,30 +172,36 @@ class TransformerLayer(nn.Module):
 
 class DecoderLM(nn.Module):
     def __init__(self, n_vocab: int, n_embd: int, n_head: int, n_positions: int, n_layers: int = 4,
-                 p_dropout: float = 0.1, ln_eps: float = 1e-5, bias: bool = True, pre_ln: bool = True,
-                 causal: bool = True, tie_weights: bool = False, positions: str = "learned",
-                 middle_dim: int | None = None):
+                 p_dropout: float = 0.1, ln_eps: float = 1e-5, bias: bool = True,
+                 pre_ln: bool = True, causal: bool = True, tie_weights: bool = False,
+                 positions: str = "learned", middle_dim: int | None = None):
         super().__init__()
         check_sizes("DecoderLM", n_vocab=(n_vocab, 1), n_layers=(n_layers, 0))
-        self.n_embd, self.n_positions, self.positions, self.tie_weights = n_embd, n_positions, positions, tie_weights
+        self.n_embd, self.n_positions = n_embd, n_positions
+        self.positions, self.tie_weights = positions, tie_weights
         self.token_embeddings = Embedding(n_vocab, n_embd)
-        self.position_embeddings = Embedding(n_positions, n_embd) if positions == "learned" else None
+        self.position_embeddings = (Embedding(n_positions, n_embd) if positions == "learned"
+                                    else None)
         self.dropout = Dropout(p_dropout)
-        self.layers = nn.ModuleList(TransformerLayer(n_embd, n_head, p_dropout=p_dropout, ln_eps=ln_eps, bias=bias,
-                                                     causal=causal, pre_ln=pre_ln, middle_dim=middle_dim)
+        self.layers = nn.ModuleList(TransformerLayer(n_embd, n_head, p_dropout=p_dropout,
+                                                     ln_eps=ln_eps, bias=bias, causal=causal,
+                                                     pre_ln=pre_ln, middle_dim=middle_dim)
                                     for _ in range(n_layers))
         self.ln = LayerNorm(n_embd, eps=ln_eps) if pre_ln else None
         self.lm_head = None if tie_weights else Linear(n_embd, n_vocab, bias=False)
 
     def embed(self, idx):
         seq_len = idx.shape[1]
-        if self.positions == "learned" and seq_len > self.n_positions:  # only a table has a last row
-            raise ValueError(f"DecoderLM: sequence length {seq_len} exceeds n_positions={self.n_positions}")
+        # only a table has a last row
+        if self.positions == "learned" and seq_len > self.n_positions:
+            raise ValueError(f"DecoderLM: sequence length {seq_len} exceeds "
+                             f"n_positions={self.n_positions}")
         x = self.token_embeddings(idx)
         if self.positions == "learned":
             x = x + self.position_embeddings(torch.arange(seq_len, device=idx.device))[None]
         elif self.positions == "sinusoidal":
-            x = x + torch.from_numpy(sinusoidal_positions(seq_len, self.n_embd)).to(x.dtype).to(x.device)[None]
+            encoding = torch.from_numpy(sinusoidal_positions(seq_len, self.n_embd))
+            x = x + encoding.to(x.dtype).to(x.device)[None]
         return x
 
     def forward(self, idx, pad_mask=None):
@@ -199,18 +217,20 @@ class DecoderLM(nn.Module):
 
 
 def lm_loss(logits, targets, ignore_index: int = -100):
-    """transformer.lm_loss's twin: F.cross_entropy over (B, S, V) logits, leaving out ignore_index."""
+    """transformer.lm_loss's twin: F.cross_entropy over (B, S, V) logits, leaving out
+    ignore_index."""
     targets = targets if torch.is_tensor(targets) else torch.as_tensor(np.asarray(targets))
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1).to(logits.device),
-                           ignore_index=ignore_index)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                           targets.reshape(-1).to(logits.device), ignore_index=ignore_index)
 
 
 class EncoderLayer(TransformerLayer):
     def __init__(self, n_embd: int, n_head: int, p_dropout: float = 0.1, ln_eps: float = 1e-5,
                  bias: bool = True, pre_ln: bool = False, middle_dim: int | None = None,
                  activation: str = "relu"):
-        super().__init__(n_embd, n_head, p_dropout=p_dropout, ln_eps=ln_eps, bias=bias, causal=False,
-                         pre_ln=pre_ln, middle_dim=middle_dim, activation=activation)
+        super().__init__(n_embd, n_head, p_dropout=p_dropout, ln_eps=ln_eps, bias=bias,
+                         causal=False, pre_ln=pre_ln, middle_dim=middle_dim,
+                         activation=activation)
 
 
 class DecoderLayer(nn.Module):
@@ -222,9 +242,12 @@ class DecoderLayer(nn.Module):
         self.ln_1 = LayerNorm(n_embd, eps=ln_eps)
         self.ln_2 = LayerNorm(n_embd, eps=ln_eps)
         self.ln_3 = LayerNorm(n_embd, eps=ln_eps)
-        self.attention = MultiHeadAttention(n_embd, n_head, causal=True, p_dropout=p_dropout, bias=bias)
-        self.cross_attention = MultiHeadAttention(n_embd, n_head, causal=False, p_dropout=p_dropout, bias=bias)
-        self.ff = FeedForward(n_embd, middle_dim=middle_dim, p_dropout=p_dropout, bias=bias, activation=activation)
+        self.attention = MultiHeadAttention(n_embd, n_head, causal=True, p_dropout=p_dropout,
+                                            bias=bias)
+        self.cross_attention = MultiHeadAttention(n_embd, n_head, causal=False,
+                                                  p_dropout=p_dropout, bias=bias)
+        self.ff = FeedForward(n_embd, middle_dim=middle_dim, p_dropout=p_dropout, bias=bias,
+                              activation=activation)
 
     def forward(self, y, memory, src_pad_mask=None, tgt_pad_mask=None):
         if self.pre_ln:
@@ -253,21 +276,25 @@ def _as_mask(mask):
 
 
 class EncoderDecoder(nn.Module):
-    def __init__(self, n_vocab: int, n_embd: int, n_head: int, n_layers: int = 6, n_positions: int = 1024,
-                 p_dropout: float = 0.1, ln_eps: float = 1e-5, bias: bool = True, pre_ln: bool = False,
-                 middle_dim: int | None = None, activation: str = "relu", bos_id: int = 1):
+    def __init__(self, n_vocab: int, n_embd: int, n_head: int, n_layers: int = 6,
+                 n_positions: int = 1024, p_dropout: float = 0.1, ln_eps: float = 1e-5,
+                 bias: bool = True, pre_ln: bool = False, middle_dim: int | None = None,
+                 activation: str = "relu", bos_id: int = 1):
         super().__init__()
         self.n_embd, self.bos_id = n_embd, bos_id
-        self.register_buffer("position_encoding", torch.from_numpy(sinusoidal_positions(n_positions, n_embd)),
+        self.register_buffer("position_encoding",
+                             torch.from_numpy(sinusoidal_positions(n_positions, n_embd)),
                              persistent=False)
         self.token_embeddings = Embedding(n_vocab, n_embd, std=n_embd ** -0.5)
         self.encoder_dropout = Dropout(p_dropout)
         self.decoder_dropout = Dropout(p_dropout)
-        layer_options = dict(p_dropout=p_dropout, ln_eps=ln_eps, bias=bias, pre_ln=pre_ln, middle_dim=middle_dim,
-                             activation=activation)
-        self.encoder_layers = nn.ModuleList(EncoderLayer(n_embd, n_head, **layer_options) for _ in range(n_layers))
+        layer_options = dict(p_dropout=p_dropout, ln_eps=ln_eps, bias=bias, pre_ln=pre_ln,
+                             middle_dim=middle_dim, activation=activation)
+        self.encoder_layers = nn.ModuleList(EncoderLayer(n_embd, n_head, **layer_options)
+                                            for _ in range(n_layers))
         self.encoder_ln = LayerNorm(n_embd, eps=ln_eps) if pre_ln else None
-        self.decoder_layers = nn.ModuleList(DecoderLayer(n_embd, n_head, **layer_options) for _ in range(n_layers))
+        self.decoder_layers = nn.ModuleList(DecoderLayer(n_embd, n_head, **layer_options)
+                                            for _ in range(n_layers))
         self.decoder_ln = LayerNorm(n_embd, eps=ln_eps) if pre_ln else None
 
     def embed(self, ids):
@@ -295,37 +322,43 @@ class EncoderDecoder(nn.Module):
 
 
 class TorchNNEncoderDecoder(nn.Module):
-    """PyTorch's own Transformer (torch.nn.Transformer) inside the same embedding and output layer as
-    EncoderDecoder: the independent reference for it. Float64, no dropout.
+    """PyTorch's own Transformer (torch.nn.Transformer) inside the same embedding and output layer
+    as EncoderDecoder: the independent reference for it. Float64, no dropout.
 
-    Which final LayerNorms: torch.nn.Transformer builds one after the encoder and one after the decoder
-    even when norm_first=False, which the paper's Post-LN model does not have (each of its layers already
-    ends in a LayerNorm). So the encoder and decoder are built here as nn.TransformerEncoder and
-    nn.TransformerDecoder and handed to nn.Transformer as custom_encoder/custom_decoder, with norm=None
-    for Post-LN (norm_first=False, the paper) and norm=nn.LayerNorm for Pre-LN (norm_first=True), as
-    EncoderDecoder's encoder_ln/decoder_ln. Biases on (torch's bias=False would drop LayerNorm biases too).
+    Which final LayerNorms: torch.nn.Transformer builds one after the encoder and one after the
+    decoder even when norm_first=False, which the paper's Post-LN model does not have (each of its
+    layers already ends in a LayerNorm). So the encoder and decoder are built here as
+    nn.TransformerEncoder and nn.TransformerDecoder and handed to nn.Transformer as
+    custom_encoder/custom_decoder, with norm=None for Post-LN (norm_first=False, the paper) and
+    norm=nn.LayerNorm for Pre-LN (norm_first=True), as EncoderDecoder's encoder_ln/decoder_ln.
+    Biases on (torch's bias=False would drop LayerNorm biases too).
 
     activation: "relu" (torch.nn's default, the paper) or "gelu", passed as the callable
-    F.gelu(x, approximate="tanh"): torch.nn's own "gelu" string is the erf form, not GPT-2's tanh form.
+    F.gelu(x, approximate="tanh"): torch.nn's own "gelu" string is the erf form, not GPT-2's tanh
+    form.
     """
 
-    def __init__(self, n_vocab: int, n_embd: int, n_head: int, n_layers: int = 6, n_positions: int = 1024,
-                 ln_eps: float = 1e-5, pre_ln: bool = False, middle_dim: int | None = None,
-                 activation: str = "relu", bos_id: int = 1):
+    def __init__(self, n_vocab: int, n_embd: int, n_head: int, n_layers: int = 6,
+                 n_positions: int = 1024, ln_eps: float = 1e-5, pre_ln: bool = False,
+                 middle_dim: int | None = None, activation: str = "relu", bos_id: int = 1):
         super().__init__()
         self.n_embd, self.bos_id = n_embd, bos_id
         middle_dim = 4 * n_embd if middle_dim is None else middle_dim
         act = "relu" if activation == "relu" else (lambda x: F.gelu(x, approximate="tanh"))
-        common = dict(d_model=n_embd, nhead=n_head, dim_feedforward=middle_dim, dropout=0.0, activation=act,
-                      layer_norm_eps=ln_eps, batch_first=True, norm_first=pre_ln, dtype=DTYPE)
-        final_norm = (lambda: nn.LayerNorm(n_embd, eps=ln_eps, dtype=DTYPE)) if pre_ln else (lambda: None)
-        encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(**common), n_layers, norm=final_norm(),
-                                        enable_nested_tensor=False)
-        decoder = nn.TransformerDecoder(nn.TransformerDecoderLayer(**common), n_layers, norm=final_norm())
+        common = dict(d_model=n_embd, nhead=n_head, dim_feedforward=middle_dim, dropout=0.0,
+                      activation=act, layer_norm_eps=ln_eps, batch_first=True, norm_first=pre_ln,
+                      dtype=DTYPE)
+        final_norm = ((lambda: nn.LayerNorm(n_embd, eps=ln_eps, dtype=DTYPE)) if pre_ln
+                      else (lambda: None))
+        encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(**common), n_layers,
+                                        norm=final_norm(), enable_nested_tensor=False)
+        decoder = nn.TransformerDecoder(nn.TransformerDecoderLayer(**common), n_layers,
+                                        norm=final_norm())
         self.embedding = nn.Embedding(n_vocab, n_embd, dtype=DTYPE)
-        self.transformer = nn.Transformer(n_embd, n_head, custom_encoder=encoder, custom_decoder=decoder,
-                                          batch_first=True, dtype=DTYPE)
-        self.register_buffer("position_encoding", torch.from_numpy(sinusoidal_positions(n_positions, n_embd)),
+        self.transformer = nn.Transformer(n_embd, n_head, custom_encoder=encoder,
+                                          custom_decoder=decoder, batch_first=True, dtype=DTYPE)
+        self.register_buffer("position_encoding",
+                             torch.from_numpy(sinusoidal_positions(n_positions, n_embd)),
                              persistent=False)
 
     def embed(self, ids):
@@ -334,9 +367,11 @@ class TorchNNEncoderDecoder(nn.Module):
     def forward(self, src, tgt, src_pad_mask=None, tgt_pad_mask=None):
         src_pad_mask, tgt_pad_mask = _as_mask(src_pad_mask), _as_mask(tgt_pad_mask)
         tgt_in, tgt_in_pad_mask = _shift_right(_as_ids(tgt), tgt_pad_mask, self.bos_id)
-        causal = torch.triu(torch.ones(tgt_in.shape[1], tgt_in.shape[1], dtype=torch.bool), 1)  # True: hidden
+        # True: hidden
+        causal = torch.triu(torch.ones(tgt_in.shape[1], tgt_in.shape[1], dtype=torch.bool), 1)
         out = self.transformer(self.embed(_as_ids(src)), self.embed(tgt_in), tgt_mask=causal,
-                               src_key_padding_mask=src_pad_mask, tgt_key_padding_mask=tgt_in_pad_mask,
+                               src_key_padding_mask=src_pad_mask,
+                               tgt_key_padding_mask=tgt_in_pad_mask,
                                memory_key_padding_mask=src_pad_mask, tgt_is_causal=True)
         return out @ self.embedding.weight.T
 
@@ -353,14 +388,17 @@ def _torch_nn_location(reference: TorchNNEncoderDecoder, name: str):
     if name == "token_embeddings.weights":
         return reference.embedding.weight, None, False
     if parts[0] in ("encoder_ln", "decoder_ln"):
-        stack = reference.transformer.encoder if parts[0] == "encoder_ln" else reference.transformer.decoder
+        stack = (reference.transformer.encoder if parts[0] == "encoder_ln"
+                 else reference.transformer.decoder)
         return getattr(stack.norm, kind), None, False
-    stack = reference.transformer.encoder if parts[0] == "encoder_layers" else reference.transformer.decoder
+    stack = (reference.transformer.encoder if parts[0] == "encoder_layers"
+             else reference.transformer.decoder)
     layer, sub = stack.layers[int(parts[1])], parts[2]
     if sub.startswith("ln_"):
         return getattr(getattr(layer, "norm" + sub[-1]), kind), None, False
     if sub == "ff":
-        return getattr(layer.linear1 if parts[3] == "linear_in" else layer.linear2, kind), None, transposed
+        linear = layer.linear1 if parts[3] == "linear_in" else layer.linear2
+        return getattr(linear, kind), None, transposed
     attention = layer.self_attn if sub == "attention" else layer.multihead_attn
     if parts[3] == "out_projection":
         return getattr(attention.out_proj, kind), None, transposed
@@ -379,8 +417,8 @@ def copy_to_torch_nn(reference: TorchNNEncoderDecoder, ours) -> TorchNNEncoderDe
             value = torch.from_numpy(p.data.T if transposed else p.data)
             region = target if rows is None else target[rows]
             if tuple(region.shape) != tuple(value.shape):
-                raise ValueError(f"copy_to_torch_nn: {name} has shape {tuple(value.shape)}, its place in the "
-                                 f"reference {tuple(region.shape)}")
+                raise ValueError(f"copy_to_torch_nn: {name} has shape {tuple(value.shape)}, its "
+                                 f"place in the reference {tuple(region.shape)}")
             region.copy_(value)
             written += value.numel()
     total = sum(p.numel() for p in reference.parameters())
@@ -408,12 +446,14 @@ def copy_from(twin: nn.Module, ours) -> nn.Module:
     ours_params = dict(ours.named_parameters())
     twin_params = dict(twin.named_parameters())
     if list(ours_params) != list(twin_params):
-        raise ValueError(f"copy_from: parameter names differ:\n ours: {list(ours_params)}\n twin: {list(twin_params)}")
+        raise ValueError(f"copy_from: parameter names differ:\n ours: {list(ours_params)}\n "
+                         f"twin: {list(twin_params)}")
     with torch.no_grad():
         for name, p in twin_params.items():
             source = ours_params[name].data
             if tuple(p.shape) != source.shape:
-                raise ValueError(f"copy_from: {name} has shape {tuple(p.shape)} here and {source.shape} in ours")
+                raise ValueError(f"copy_from: {name} has shape {tuple(p.shape)} here and "
+                                 f"{source.shape} in ours")
             p.copy_(torch.from_numpy(source))
     ours_dropouts = {name: m for name, m in ours.named_modules() if type(m).__name__ == "Dropout"}
     for name, module in twin.named_modules():

@@ -2,34 +2,36 @@
 
 Not one line of backward is written here: every module is a composition of tensor.py's primitives
 (add, sub, mul, exp, log, sigmoid, matmul, sum, max, view, permute, contiguous, embedding), so
-autodiff differentiates all of it. torch_ref.py is the PyTorch twin with the same names. Only inside
-`with fused():` (03 part 7, 06 part 6) do LayerNorm, gelu and the attention core call tensor.py's fused
-primitives instead, whose backward is derived by hand.
+autodiff differentiates all of it. torch_ref.py is the PyTorch twin with the same names.
 
-The file in reading order, each section under a ruler, with the part of the notes (and of the paper,
-Vaswani et al. 2017) it follows:
-- set_seed, MASK_VALUE ............... the two random generators; the one mask convention (below)
-- fused .............................. the switch to tensor.py's fused primitives and flash core
+The file in reading order, each section under a ruler, with the part of the notes (and of the
+paper, Vaswani et al. 2017) it follows:
+- set_seed ........................... the two random generators
 - logsumexp, softmax, gelu ........... §9.1 (max subtracted; tanh GELU as x·sigmoid(2u))
 - sinusoidal_frequencies, _positions . §4.2
-- softmax_loss, lm_loss .............. §9.1 HW3 Problem 1 (logsumexp(z) - z_y), next-token loss with ignore_index
+- softmax_loss, lm_loss .............. §9.1 HW3 Problem 1 (logsumexp(z) - z_y); next-token loss
 - check_sizes, check_pad_mask ........ the checks behind the modules' error messages
 - Parameter, Module .................. named parameters, train/eval, parameter counts
 - Linear, Embedding, Dropout ......... §4.1, §7.2 (inverted dropout; identity in eval mode)
 - LayerNorm .......................... §5.3 (biased variance, eps inside the sqrt, like torch)
 - MultiHeadAttention ................. §2.2-§2.3, §3.1-§3.3 (causal / pad masks, cross-attention)
 - FeedForward ........................ §5.1 (tanh GELU as GPT-2 and HW3; ReLU as the paper)
-- TransformerLayer ................... §5.4: Pre-LN by default (GPT-2, HW3), Post-LN with pre_ln=False
-- DecoderLM .......................... §6.3 (GPT-2 / HW3: embeddings -> dropout -> N layers -> LN -> head)
+- TransformerLayer ................... §5.4: Pre-LN by default (GPT-2, HW3), Post-LN: pre_ln=False
+- DecoderLM .......................... §6.3 (GPT-2 / HW3: embeddings, dropout, N layers, LN, head)
 - EncoderLayer, DecoderLayer ......... §3.3, §6.1 (the paper's layers: Post-LN and ReLU by default)
-- EncoderDecoder ..................... §1.1, §4.1, §4.4, §6.1-§6.2, §7.1 (the paper's model, teacher forcing)
+- EncoderDecoder ..................... §1.1, §4.1, §4.4, §6.1-§6.2, §7.1 (the paper's model)
 - KVCache, Generation ................ §2.3, §7.6, exercise 11 (what generate() keeps and returns)
 - SGD, Adam, noam_lr ................. §7.5 (Adam as torch.optim.Adam; the paper's learning rate)
+- fused .............................. beyond the notes (03 part 7, 06 part 6): inside
+                                       `with fused():` LayerNorm, gelu and the attention core
+                                       call tensor.py's fused primitives, backward derived by hand
 
-Masks, written down once: an additive mask holds 0 where a query may look and MASK_VALUE (-1e9)
-where it may not. In float64, exp(-1e9 - m) is exactly 0, and a fully masked row still gets finite
-weights summing to 1 instead of nan (a real -inf would give nan; notes §2.3). They are uniform only if
-its scores are equal: float64 keeps s - 1e9 apart for different s (float32 would round them together).
+Masks, written down once: an additive mask holds 0 where a query may look and MASK_VALUE (-1e9,
+tensor.py's, so that its flash core adds the same) where it may not. In float64, exp(-1e9 - m) is
+exactly 0, and a fully masked row still gets finite weights summing to 1 instead of nan (a real
+-inf would give nan; notes §2.3). They are uniform only if its scores are equal: float64 keeps
+s - 1e9 apart for different s (float32 would round them together). MultiHeadAttention makes its
+causal mask in one place, self_attention (a KV cache's mask: KVCache.causal_mask).
 """
 
 from __future__ import annotations
@@ -42,12 +44,10 @@ import numpy as np
 
 import paths  # noqa: F401  (makes lecture 5's tensor.py importable)
 import tensor
-from tensor import Tensor, embedding, no_grad
+from tensor import MASK_VALUE, Tensor, embedding, no_grad   # MASK_VALUE: see "Masks" above
 
 
-# ---- seeds and the mask value --------------------------------------------------------------------
-MASK_VALUE = -1e9
-
+# ---- seeds ---------------------------------------------------------------------------------------
 # One generator for parameter initialisation and one for dropout masks; set_seed resets both.
 _init_rng = np.random.default_rng(0)
 _dropout_rng = np.random.default_rng(1)
@@ -59,33 +59,14 @@ def set_seed(seed: int):
     _dropout_rng = np.random.default_rng(seed + 1_000_003)
 
 
-# ---- the fusion switch (beyond the notes: 03 part 7, 06 part 6) ----------------------------------
-_fusion = None   # None: compose the primitives (the default); else dict(flash=..., block_size=...)
-
-
-@contextmanager
-def fused(flash: bool = False, block_size: int = 64):
-    """Inside the block, LayerNorm, gelu and the attention core use tensor.py's fused primitives (one
-    launch each way); flash=True makes the core one flash_attention launch over key blocks of block_size.
-    The flash core never forms the attention weights, so it cannot drop them: a MultiHeadAttention in
-    training mode with p_dropout > 0 refuses to run under flash=True (no silent change of the model)."""
-    global _fusion
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"fused: block_size must be an integer >= 1, got {block_size!r}")
-    previous, _fusion = _fusion, dict(flash=bool(flash), block_size=block_size)
-    try:
-        yield
-    finally:
-        _fusion = previous
-
-
 # ---- functions: softmax, GELU, sinusoidal positions (§9.1, §4.2) ---------------------------------
 def logsumexp(x: Tensor, dim: int = -1) -> Tensor:
     """log Σ exp(x) along dim, keepdims. The max is subtracted first so nothing overflows.
 
-    As torch.logsumexp: a row of -inf gives -inf, a row holding +inf gives +inf (the shift is 0 there,
-    since subtracting an infinite max would give inf - inf = nan)."""
-    m = x.max(axis=dim, keepdims=True, finite=True)  # a constant: exact, the result does not depend on m
+    As torch.logsumexp: a row of -inf gives -inf, a row holding +inf gives +inf (the shift is 0
+    there, since subtracting an infinite max would give inf - inf = nan)."""
+    # m is a constant: exact, since the result does not depend on m
+    m = x.max(axis=dim, keepdims=True, finite=True)
     return (x - m).exp().sum(axis=dim, keepdims=True).log() + m
 
 
@@ -98,15 +79,17 @@ def softmax(x: Tensor, dim: int = -1) -> Tensor:
 
 
 def gelu(x: Tensor) -> Tensor:
-    """tanh GELU 0.5x(1 + tanh u) written as x·sigmoid(2u), u = √(2/π)(x + 0.044715x³) (notes §9.1)."""
-    if _fusion is not None:
+    """tanh GELU 0.5x(1 + tanh u) written as x·sigmoid(2u), u = √(2/π)(x + 0.044715x³)
+    (notes §9.1)."""
+    if _fusion is not None:   # beyond the notes: one launch each way (see fused(), at the end)
         return tensor.gelu(x)
     u = (x + x * x * x * 0.044715) * math.sqrt(2.0 / math.pi)
     return x * (u * 2.0).sigmoid()
 
 
 def sinusoidal_frequencies(d: int, base: float = 10000.0) -> np.ndarray:
-    """(d/2,) angular frequencies ω_i = base^(-2i/d) of the sinusoidal encoding's (sin, cos) pairs."""
+    """(d/2,) angular frequencies ω_i = base^(-2i/d) of the sinusoidal encoding's (sin, cos)
+    pairs."""
     if d % 2:
         raise ValueError(f"sinusoidal_positions: d must be even (sin/cos pairs), got {d}")
     return base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
@@ -143,8 +126,8 @@ def softmax_loss(logits: Tensor, target) -> Tensor:
     if target.size == 0:
         target = target.astype(np.int64)  # an empty list arrives as float64
     if not np.issubdtype(target.dtype, np.integer):
-        raise TypeError(f"softmax_loss: target must hold integer class ids, got dtype {target.dtype} "
-                        f"(class probabilities are not supported)")
+        raise TypeError(f"softmax_loss: target must hold integer class ids, got dtype "
+                        f"{target.dtype} (class probabilities are not supported)")
     n_classes = logits.shape[1]
     if target.size and (target.min() < 0 or target.max() >= n_classes):
         raise IndexError(f"softmax_loss: target ids must lie in 0..{n_classes - 1}, "
@@ -168,8 +151,8 @@ def lm_loss(logits: Tensor, targets, ignore_index: int = -100) -> Tensor:
     keep = targets != ignore_index
     n_kept = int(keep.sum())
     if n_kept == 0:  # F.cross_entropy returns nan here
-        raise ValueError(f"lm_loss: every target is ignore_index={ignore_index}, so there is no position "
-                         f"to average over")
+        raise ValueError(f"lm_loss: every target is ignore_index={ignore_index}, so there is no "
+                         f"position to average over")
     losses = softmax_loss(logits.view(batch_size * seq_len, n_vocab), np.where(keep, targets, 0))
     if n_kept == targets.size:
         return losses.mean()
@@ -185,12 +168,13 @@ def check_sizes(owner: str, **sizes):
 
 
 def check_pad_mask(pad_mask) -> np.ndarray:
-    """pad_mask as a bool array; 0/1 numbers are refused, because conventions disagree on which is which."""
+    """pad_mask as a bool array; 0/1 numbers are refused, because conventions disagree on which
+    is which."""
     pad_mask = np.asarray(pad_mask)
     if pad_mask.dtype != bool:
         raise TypeError(f"pad_mask must be a bool array with True at padded positions, got dtype "
-                        f"{pad_mask.dtype}; HuggingFace's attention_mask is the opposite (1 = keep, "
-                        f"0 = pad), so pass attention_mask == 0")
+                        f"{pad_mask.dtype}; HuggingFace's attention_mask is the opposite "
+                        f"(1 = keep, 0 = pad), so pass attention_mask == 0")
     return pad_mask
 
 
@@ -211,7 +195,8 @@ class Module:
         for name, value in vars(self).items():
             if isinstance(value, Module):
                 yield name, value
-            elif isinstance(value, (list, tuple)) and value and all(isinstance(v, Module) for v in value):
+            elif (isinstance(value, (list, tuple)) and value
+                  and all(isinstance(v, Module) for v in value)):
                 for i, v in enumerate(value):
                     yield f"{name}.{i}", v
 
@@ -221,7 +206,8 @@ class Module:
             yield from child.named_modules(f"{prefix}.{name}" if prefix else name)
 
     def named_parameters(self):
-        """(name, Parameter) pairs; a parameter shared by two modules (tied weights) appears once."""
+        """(name, Parameter) pairs; a parameter shared by two modules (tied weights) appears
+        once."""
         seen = set()
         for module_name, module in self.named_modules():
             for name, value in vars(module).items():
@@ -313,7 +299,8 @@ class Dropout(Module):
 
 
 class LayerNorm(Module):
-    """y = (x - μ) / √(σ² + eps) · weights + bias over the last dimension (biased σ², like torch)."""
+    """y = (x - μ) / √(σ² + eps) · weights + bias over the last dimension (biased σ², like
+    torch)."""
 
     def __init__(self, dim: int, eps: float = 1e-5):
         self.dim, self.eps = dim, eps
@@ -328,8 +315,9 @@ class LayerNorm(Module):
             (..., dim), each row normalised on its own
         """
         if x.shape[-1] != self.dim:
-            raise ValueError(f"LayerNorm({self.dim}): input's last dimension is {x.shape[-1]} (shape {x.shape})")
-        if _fusion is not None:
+            raise ValueError(f"LayerNorm({self.dim}): input's last dimension is {x.shape[-1]} "
+                             f"(shape {x.shape})")
+        if _fusion is not None:   # beyond the notes: one launch each way (see fused(), at the end)
             return tensor.layer_norm(x, self.weights, self.bias, self.eps)
         centred = x - x.mean(axis=-1, keepdims=True)
         variance = (centred * centred).mean(axis=-1, keepdims=True)
@@ -345,7 +333,8 @@ class MultiHeadAttention(Module):
                  bias: bool = True):
         check_sizes("MultiHeadAttention", n_embd=(n_embd, 1), n_head=(n_head, 1))
         if n_embd % n_head:
-            raise ValueError(f"MultiHeadAttention: n_embd={n_embd} is not divisible by n_head={n_head}")
+            raise ValueError(f"MultiHeadAttention: n_embd={n_embd} is not divisible by "
+                             f"n_head={n_head}")
         self.n_embd, self.n_head, self.causal = n_embd, n_head, causal
         self.attn_hidden_dim = n_embd // n_head
         self.q_projection = Linear(n_embd, n_embd, bias=bias)
@@ -368,8 +357,9 @@ class MultiHeadAttention(Module):
 
     def _split_heads(self, x: Tensor, dims=(0, 2, 1, 3)) -> Tensor:
         batch_size, seq_len, _ = x.shape
-        x = x.view(batch_size, seq_len, self.n_head, self.attn_hidden_dim)  # (B, S, D) -> (B, S, h, Dh)
-        return x.permute(*dims)                                            # -> (B, h, S, Dh) by default, no copy
+        # (B, S, D) -> (B, S, h, Dh)
+        x = x.view(batch_size, seq_len, self.n_head, self.attn_hidden_dim)
+        return x.permute(*dims)        # -> (B, h, S, Dh) by default, no copy
 
     def project_to_query_key_value(self, x: Tensor, kv: Tensor | None = None):
         """
@@ -382,7 +372,8 @@ class MultiHeadAttention(Module):
         """
         kv = x if kv is None else kv
         q = self._split_heads(self.q_projection(x))
-        kT = self._split_heads(self.k_projection(kv), (0, 2, 3, 1))       # (B, S, h, Dh) -> (B, h, Dh, S) at once
+        # (B, S, h, Dh) -> (B, h, Dh, S) at once
+        kT = self._split_heads(self.k_projection(kv), (0, 2, 3, 1))
         v = self._split_heads(self.v_projection(kv))
         return q, kT, v
 
@@ -390,44 +381,50 @@ class MultiHeadAttention(Module):
                        causal: bool = False) -> Tensor:
         """
         Args:
-            q: (B, h, S_q, Dh), kT: (B, h, Dh, S_k), v: (B, h, S_k, Dh), mask: additive, broadcastable
-            causal: add the causal mask here (what the flash switch asks: its core makes it from positions)
+            q: (B, h, S_q, Dh), kT: (B, h, Dh, S_k), v: (B, h, S_k, Dh)
+            mask: additive, broadcastable to (B, h, S_q, S_k); pad masks, a KV cache's mask
+            causal: also hide the future (forward passes self.causal); the causal mask is made here
         Returns:
             (B, S_q, D): heads concatenated, before out_projection
         """
-        if causal and (_fusion is None or not _fusion["flash"]):  # only the flash core makes it from positions
-            causal_mask = self.create_causal_mask(q.shape[2])
-            mask, causal = (causal_mask if mask is None else causal_mask + mask), False
-        if _fusion is not None:
-            return self._fused_core(q, kT, v, mask, causal)
         batch_size, n_head, seq_len, head_dim = q.shape
-        scores = (q @ kT) * (1.0 / math.sqrt(head_dim))  # (B, h, S_q, S_k)
-        if mask is not None:
-            scores = scores + mask
-        weights = softmax(scores, dim=-1)
-        self.last_attention = weights
-        out = self.dropout(weights) @ v                  # (B, h, S_q, Dh)
-        out = out.permute(0, 2, 1, 3).contiguous()       # -> (B, S_q, h, Dh), copied once
-        return out.view(batch_size, seq_len, n_head * head_dim)  # -> (B, S_q, D)
-
-    def _fused_core(self, q: Tensor, kT: Tensor, v: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
-        """self_attention under fused(): scale, mask and softmax in one launch, or with flash=True the whole
-        core in one (no attention weights kept: last_attention is None, and they cannot be dropped)."""
-        batch_size, n_head, seq_len, head_dim = q.shape
-        if _fusion["flash"]:
-            if self.training and self.dropout.p_dropout > 0:
-                raise ValueError(f"MultiHeadAttention: the flash core never forms the attention weights, so it "
-                                 f"cannot apply dropout {self.dropout.p_dropout:g} to them; call .eval(), build "
-                                 f"the model with p_dropout=0, or use fused(flash=False)")
-            self.last_attention = None
-            out = tensor.flash_attention(q, kT, v, mask, causal, _fusion["block_size"])  # (B, h, S_q, Dh)
+        if causal and kT.shape[-1] != seq_len:
+            raise ValueError("MultiHeadAttention: a causal mask needs as many keys as queries; "
+                             "use causal=False for cross-attention")
+        if _fusion is not None and _fusion["flash"]:
+            # beyond the notes: the whole core in one launch (see fused(), at the end of the file)
+            out = self._flash_core(q, kT, v, mask, causal)            # (B, h, S_q, Dh)
         else:
-            self.last_attention = tensor.softmax(q @ kT, 1.0 / math.sqrt(head_dim), mask)  # (B, h, S_q, S_k)
-            out = self.dropout(self.last_attention) @ v                                  # (B, h, S_q, Dh)
+            if causal:
+                causal_mask = self.create_causal_mask(seq_len)
+                mask = causal_mask if mask is None else causal_mask + mask
+            if _fusion is None:
+                scores = (q @ kT) * (1.0 / math.sqrt(head_dim))     # (B, h, S_q, S_k)
+                if mask is not None:
+                    scores = scores + mask
+                weights = softmax(scores, dim=-1)
+            else:   # beyond the notes: scale, mask and softmax in one launch (see fused())
+                weights = tensor.softmax(q @ kT, 1.0 / math.sqrt(head_dim), mask)
+            self.last_attention = weights
+            out = self.dropout(weights) @ v                       # (B, h, S_q, Dh)
         out = out.permute(0, 2, 1, 3).contiguous()       # -> (B, S_q, h, Dh), copied once
         return out.view(batch_size, seq_len, n_head * head_dim)  # -> (B, S_q, D)
 
-    def forward(self, x: Tensor, kv: Tensor | None = None, pad_mask=None, cache: KVCache | None = None) -> Tensor:
+    def _flash_core(self, q: Tensor, kT: Tensor, v: Tensor, mask: Tensor | None,
+                    causal: bool) -> Tensor:
+        """Beyond the notes, under fused(flash=True): softmax(q kᵀ/√Dh + mask) v in one launch over
+        key blocks, the causal mask made from positions inside it. It never forms the attention
+        weights, so it keeps none (last_attention is None) and cannot drop them."""
+        if self.training and self.dropout.p_dropout > 0:
+            raise ValueError(f"MultiHeadAttention: the flash core never forms the attention "
+                             f"weights, so it cannot apply dropout {self.dropout.p_dropout:g} to "
+                             f"them; call .eval(), build the model with p_dropout=0, or use "
+                             f"fused(flash=False)")
+        self.last_attention = None
+        return tensor.flash_attention(q, kT, v, mask, causal, _fusion["block_size"])
+
+    def forward(self, x: Tensor, kv: Tensor | None = None, pad_mask=None,
+                cache: KVCache | None = None) -> Tensor:
         """
         Args:
             x: (B, S, D); kv: (B, S_k, D) for cross-attention; pad_mask: (B, S_k), True at pads
@@ -436,33 +433,29 @@ class MultiHeadAttention(Module):
             (B, S, D)
         """
         if x.ndim != 3 or x.shape[-1] != self.n_embd:
-            raise ValueError(f"MultiHeadAttention: expected x of shape (B, S, {self.n_embd}), got {x.shape}")
+            raise ValueError(f"MultiHeadAttention: expected x of shape (B, S, {self.n_embd}), "
+                             f"got {x.shape}")
         if cache is not None:
-            return self.out_dropout(self.out_projection(self._attend_with_cache(x, kv, pad_mask, cache)))
+            heads = self._attend_with_cache(x, kv, pad_mask, cache)
+            return self.out_dropout(self.out_projection(heads))
         q, kT, v = self.project_to_query_key_value(x, kv)
         mask = None
-        flash_causal = self.causal and _fusion is not None and _fusion["flash"]  # from positions, in the core
-        if self.causal:
-            if kv is not None and kv.shape[1] != x.shape[1]:
-                raise ValueError("MultiHeadAttention: a causal mask needs as many keys as queries; "
-                                 "use causal=False for cross-attention")
-            if not flash_causal:
-                mask = self.create_causal_mask(x.shape[1])
         if pad_mask is not None:
-            pad = self.create_pad_mask(pad_mask)
-            if pad.shape[0] != x.shape[0] or pad.shape[-1] != kT.shape[-1]:
+            mask = self.create_pad_mask(pad_mask)
+            if mask.shape[0] != x.shape[0] or mask.shape[-1] != kT.shape[-1]:
                 raise ValueError(f"MultiHeadAttention: pad_mask must have shape (B, S_k) = "
                                  f"({x.shape[0]}, {kT.shape[-1]}), got {np.shape(pad_mask)}")
-            mask = pad if mask is None else mask + pad
-        return self.out_dropout(self.out_projection(self.self_attention(q, kT, v, mask, flash_causal)))
+        heads = self.self_attention(q, kT, v, mask, causal=self.causal)
+        return self.out_dropout(self.out_projection(heads))
 
     def _attend_with_cache(self, x: Tensor, kv, pad_mask, cache: KVCache) -> Tensor:
-        """(B, n, D) new positions -> (B, n, D) heads concatenated, keys and values from the cache."""
-        if cache.capacity is None:                        # cross-attention: project the encoder output once
+        """(B, n, D) new positions -> (B, n, D) heads concatenated, keys and values from the
+        cache."""
+        if cache.capacity is None:      # cross-attention: project the encoder output once
             if cache.kT is None:
                 if kv is None:
-                    raise ValueError("MultiHeadAttention: a cross-attention cache needs kv= (the encoder "
-                                     "output) on its first step")
+                    raise ValueError("MultiHeadAttention: a cross-attention cache needs kv= (the "
+                                     "encoder output) on its first step")
                 q, cache.kT, cache.v = self.project_to_query_key_value(x, kv)
             else:
                 q = self._split_heads(self.q_projection(x))   # (B, n, D) -> (B, h, n, Dh)
@@ -471,11 +464,13 @@ class MultiHeadAttention(Module):
                 mask = self.create_pad_mask(pad_mask)
                 if mask.shape[0] != x.shape[0] or mask.shape[-1] != cache.kT.shape[-1]:
                     raise ValueError(f"MultiHeadAttention: pad_mask must have shape (B, S_k) = "
-                                     f"({x.shape[0]}, {cache.kT.shape[-1]}), got {np.shape(pad_mask)}")
+                                     f"({x.shape[0]}, {cache.kT.shape[-1]}), "
+                                     f"got {np.shape(pad_mask)}")
             return self.self_attention(q, cache.kT, cache.v, mask)
         if not self.causal or kv is not None or pad_mask is not None:
-            raise ValueError("MultiHeadAttention: a KV cache with a capacity serves causal self-attention "
-                             "without padding; for cross-attention use KVCache() (capacity None)")
+            raise ValueError("MultiHeadAttention: a KV cache with a capacity serves causal "
+                             "self-attention without padding; for cross-attention use KVCache() "
+                             "(capacity None)")
         q, kT_new, v_new = self.project_to_query_key_value(x)
         cache.write(kT_new, v_new)
         return self.self_attention(q, cache.kT, cache.v, cache.causal_mask(x.shape[1]))
@@ -488,13 +483,15 @@ ACTIVATIONS = ("gelu", "relu")
 class FeedForward(Module):
     """linear_out(act(linear_in(x))), middle_dim = 4·n_embd by default (notes §5.1).
 
-    activation: "gelu" (tanh GELU: GPT-2, HW3; the default) or "relu" (the 2017 paper, torch.nn's default).
+    activation: "gelu" (tanh GELU: GPT-2, HW3; the default) or "relu" (the 2017 paper, torch.nn's
+    default).
     """
 
-    def __init__(self, n_embd: int, middle_dim: int | None = None, p_dropout: float = 0.1, bias: bool = True,
-                 activation: str = "gelu"):
+    def __init__(self, n_embd: int, middle_dim: int | None = None, p_dropout: float = 0.1,
+                 bias: bool = True, activation: str = "gelu"):
         if activation not in ACTIVATIONS:
-            raise ValueError(f"FeedForward: activation must be 'gelu' or 'relu', got {activation!r}")
+            raise ValueError(f"FeedForward: activation must be 'gelu' or 'relu', "
+                             f"got {activation!r}")
         middle_dim = 4 * n_embd if middle_dim is None else middle_dim
         self.activation = activation
         self.linear_in = Linear(n_embd, middle_dim, bias=bias)
@@ -521,13 +518,15 @@ class TransformerLayer(Module):
     """
 
     def __init__(self, n_embd: int, n_head: int, p_dropout: float = 0.1, ln_eps: float = 1e-5,
-                 bias: bool = True, causal: bool = True, pre_ln: bool = True, middle_dim: int | None = None,
-                 activation: str = "gelu"):
+                 bias: bool = True, causal: bool = True, pre_ln: bool = True,
+                 middle_dim: int | None = None, activation: str = "gelu"):
         self.pre_ln = pre_ln
         self.ln_1 = LayerNorm(n_embd, eps=ln_eps)
         self.ln_2 = LayerNorm(n_embd, eps=ln_eps)
-        self.attention = MultiHeadAttention(n_embd, n_head, causal=causal, p_dropout=p_dropout, bias=bias)
-        self.ff = FeedForward(n_embd, middle_dim=middle_dim, p_dropout=p_dropout, bias=bias, activation=activation)
+        self.attention = MultiHeadAttention(n_embd, n_head, causal=causal, p_dropout=p_dropout,
+                                            bias=bias)
+        self.ff = FeedForward(n_embd, middle_dim=middle_dim, p_dropout=p_dropout, bias=bias,
+                              activation=activation)
 
     def forward(self, x: Tensor, pad_mask=None, cache: KVCache | None = None) -> Tensor:
         """
@@ -553,19 +552,22 @@ class DecoderLM(Module):
     """
 
     def __init__(self, n_vocab: int, n_embd: int, n_head: int, n_positions: int, n_layers: int = 4,
-                 p_dropout: float = 0.1, ln_eps: float = 1e-5, bias: bool = True, pre_ln: bool = True,
-                 causal: bool = True, tie_weights: bool = False, positions: str = "learned",
-                 middle_dim: int | None = None):
+                 p_dropout: float = 0.1, ln_eps: float = 1e-5, bias: bool = True,
+                 pre_ln: bool = True, causal: bool = True, tie_weights: bool = False,
+                 positions: str = "learned", middle_dim: int | None = None):
         if positions not in ("learned", "sinusoidal", "none"):
-            raise ValueError(f"DecoderLM: positions must be 'learned', 'sinusoidal' or 'none', got {positions!r}")
+            raise ValueError(f"DecoderLM: positions must be 'learned', 'sinusoidal' or 'none', "
+                             f"got {positions!r}")
         check_sizes("DecoderLM", n_vocab=(n_vocab, 1), n_layers=(n_layers, 0))
         self.n_vocab, self.n_embd, self.n_positions = n_vocab, n_embd, n_positions
         self.positions, self.tie_weights = positions, tie_weights
         self.token_embeddings = Embedding(n_vocab, n_embd)
-        self.position_embeddings = Embedding(n_positions, n_embd) if positions == "learned" else None
+        self.position_embeddings = (Embedding(n_positions, n_embd) if positions == "learned"
+                                    else None)
         self.dropout = Dropout(p_dropout)
-        self.layers = [TransformerLayer(n_embd, n_head, p_dropout=p_dropout, ln_eps=ln_eps, bias=bias, causal=causal,
-                                        pre_ln=pre_ln, middle_dim=middle_dim) for _ in range(n_layers)]
+        self.layers = [TransformerLayer(n_embd, n_head, p_dropout=p_dropout, ln_eps=ln_eps,
+                                        bias=bias, causal=causal, pre_ln=pre_ln,
+                                        middle_dim=middle_dim) for _ in range(n_layers)]
         self.ln = LayerNorm(n_embd, eps=ln_eps) if pre_ln else None
         self.lm_head = None if tie_weights else Linear(n_embd, n_vocab, bias=False)
 
@@ -575,17 +577,21 @@ class DecoderLM(Module):
         if idx.ndim != 2:
             raise ValueError(f"DecoderLM: expected token ids of shape (B, S), got {idx.shape}")
         seq_len = start + idx.shape[1]      # with a cache, the positions before start count too
-        if self.positions == "learned" and seq_len > self.n_positions:  # only a table has a last row
+        # only a table has a last row
+        if self.positions == "learned" and seq_len > self.n_positions:
             missing = (f"position {seq_len - 1}" if seq_len == self.n_positions + 1
                        else f"positions {self.n_positions}..{seq_len - 1}")
-            raise ValueError(f"DecoderLM: sequence length {seq_len} exceeds n_positions={self.n_positions}: "
-                             f"the learned position table has no row for {missing}; shorten the input "
-                             f"or build the model with a larger n_positions")
+            raise ValueError(f"DecoderLM: sequence length {seq_len} exceeds "
+                             f"n_positions={self.n_positions}: the learned position table has no "
+                             f"row for {missing}; shorten the input or build the model with a "
+                             f"larger n_positions")
         x = self.token_embeddings(idx)
         if self.positions == "learned":
-            x = x + self.position_embeddings(np.arange(start, seq_len)[None, :])   # (1, S, D) broadcast over B
+            # (1, S, D), broadcast over B
+            x = x + self.position_embeddings(np.arange(start, seq_len)[None, :])
         elif self.positions == "sinusoidal":
-            x = x + sinusoidal_positions(seq_len, self.n_embd)[start:][None]     # (S, D) -> (1, S, D)
+            # (S, D) -> (1, S, D)
+            x = x + sinusoidal_positions(seq_len, self.n_embd)[start:][None]
         return x
 
     def forward(self, idx, pad_mask=None, cache: list | None = None) -> Tensor:
@@ -597,29 +603,32 @@ class DecoderLM(Module):
             logits: (B, S, n_vocab)
         """
         if cache is not None and len(cache) != len(self.layers):
-            raise ValueError(f"DecoderLM: cache has {len(cache)} entries for {len(self.layers)} layers; "
-                             f"make it with new_cache")
+            raise ValueError(f"DecoderLM: cache has {len(cache)} entries for {len(self.layers)} "
+                             f"layers; make it with new_cache")
         x = self.dropout(self.embed(idx, start=0 if cache is None else cache[0].length))
         for i, layer in enumerate(self.layers):
             x = layer(x, pad_mask=pad_mask, cache=None if cache is None else cache[i])
         if self.ln is not None:
             x = self.ln(x)
         if self.tie_weights:
-            return x @ self.token_embeddings.weights.permute(1, 0)  # (B, S, D) @ (D, V) -> (B, S, V)
+            # (B, S, D) @ (D, V) -> (B, S, V)
+            return x @ self.token_embeddings.weights.permute(1, 0)
         return self.lm_head(x)
 
     def new_cache(self, capacity: int) -> list:
         """One KVCache per layer, for up to `capacity` positions (prompt and generated tokens)."""
         if not self.layers or not all(layer.attention.causal for layer in self.layers):
-            raise ValueError("DecoderLM: a KV cache needs causal self-attention layers (causal=True)")
+            raise ValueError("DecoderLM: a KV cache needs causal self-attention layers "
+                             "(causal=True)")
         if self.positions == "learned" and capacity > self.n_positions:
             raise ValueError(f"DecoderLM: a KV cache of {capacity} positions exceeds n_positions="
-                             f"{self.n_positions}: the learned position table has no row past position "
-                             f"{self.n_positions - 1}; ask for at most {self.n_positions}")
+                             f"{self.n_positions}: the learned position table has no row past "
+                             f"position {self.n_positions - 1}; ask for at most {self.n_positions}")
         return [KVCache(capacity) for _ in self.layers]
 
-    def generate(self, prompt, max_new_tokens: int, *, sample: bool = False, temperature: float = 1.0,
-                 rng=None, end_id: int | None = None, pad_id: int = 0, use_cache: bool = True) -> "Generation":
+    def generate(self, prompt, max_new_tokens: int, *, sample: bool = False,
+                 temperature: float = 1.0, rng=None, end_id: int | None = None, pad_id: int = 0,
+                 use_cache: bool = True) -> "Generation":
         """Continue every prompt row by up to max_new_tokens tokens, one per step (exercise 11).
 
         Args:
@@ -628,9 +637,11 @@ class DecoderLM(Module):
             sample: False: greedy (the argmax); True: draw from softmax(logits / temperature) with
                 rng, a np.random.Generator (or an int seed), so a seed fixes every draw
             end_id: a row stops after this token; later steps give it pad_id
-            use_cache: False reruns the whole prefix every step (the baseline the cache is timed against)
+            use_cache: False reruns the whole prefix every step (the baseline the cache is timed
+                against)
         Returns:
-            Generation: tokens (B, T), lengths (B,), logits (B, T, n_vocab), n_forward, positions_computed
+            Generation: tokens (B, T), lengths (B,), logits (B, T, n_vocab), n_forward,
+            positions_computed
         """
         prompt = np.asarray(prompt)
         if prompt.ndim != 2 or prompt.shape[1] == 0:
@@ -638,23 +649,27 @@ class DecoderLM(Module):
                              f"got {prompt.shape}")
         rng = _check_decoding("DecoderLM.generate", max_new_tokens, sample, temperature, rng)
         if not all(layer.attention.causal for layer in self.layers):
-            raise ValueError("DecoderLM.generate: the model is not causal (causal=False): each position "
-                             "sees the future, so it cannot generate left to right")
+            raise ValueError("DecoderLM.generate: the model is not causal (causal=False): each "
+                             "position sees the future, so it cannot generate left to right")
         total = prompt.shape[1] + max_new_tokens
         if self.positions == "learned" and total > self.n_positions:
-            raise ValueError(f"DecoderLM.generate: prompt length {prompt.shape[1]} + max_new_tokens "
-                             f"{max_new_tokens} = {total} exceeds n_positions={self.n_positions}: the learned "
-                             f"position table has no row past position {self.n_positions - 1}; ask for at most "
-                             f"{max(self.n_positions - prompt.shape[1], 0)} new tokens or build the model "
-                             f"with a larger n_positions")
+            raise ValueError(f"DecoderLM.generate: prompt length {prompt.shape[1]} + "
+                             f"max_new_tokens {max_new_tokens} = {total} exceeds "
+                             f"n_positions={self.n_positions}: the learned position table has no "
+                             f"row past position {self.n_positions - 1}; ask for at most "
+                             f"{max(self.n_positions - prompt.shape[1], 0)} new tokens or build "
+                             f"the model with a larger n_positions")
         # the last token is only returned, never fed back: the cache needs total - 1 positions
-        cache = self.new_cache(total - 1) if use_cache and max_new_tokens > 0 and self.layers else None
+        cache = (self.new_cache(total - 1) if use_cache and max_new_tokens > 0 and self.layers
+                 else None)
 
         def step(generated):
             if cache is None:
-                ids = np.concatenate([prompt, generated], axis=1)      # (B, P + t): the whole prefix
+                # (B, P + t): the whole prefix
+                ids = np.concatenate([prompt, generated], axis=1)
             else:
-                ids = prompt if generated.shape[1] == 0 else generated[:, -1:]   # only what is not cached
+                # only what is not cached
+                ids = prompt if generated.shape[1] == 0 else generated[:, -1:]
             return _last_position(self(ids, cache=cache)), ids.shape[1]
 
         with _decoding(self):
@@ -664,21 +679,24 @@ class DecoderLM(Module):
 
 # ---- the paper's encoder-decoder (§3.3, §6.1-§6.2) -----------------------------------------------
 class EncoderLayer(TransformerLayer):
-    """Encoder layer of the paper (notes §6.1): self-attention that sees the whole source (not causal,
-    padded keys hidden), then the FFN. Post-LN by default as in the paper, Pre-LN with pre_ln=True;
-    ReLU by default as in the paper. A TransformerLayer with those defaults: same names, same forward.
+    """Encoder layer of the paper (notes §6.1): self-attention that sees the whole source (not
+    causal, padded keys hidden), then the FFN. Post-LN by default as in the paper, Pre-LN with
+    pre_ln=True; ReLU by default as in the paper. A TransformerLayer with those defaults: same
+    names, same forward.
     """
 
     def __init__(self, n_embd: int, n_head: int, p_dropout: float = 0.1, ln_eps: float = 1e-5,
                  bias: bool = True, pre_ln: bool = False, middle_dim: int | None = None,
                  activation: str = "relu"):
-        super().__init__(n_embd, n_head, p_dropout=p_dropout, ln_eps=ln_eps, bias=bias, causal=False,
-                         pre_ln=pre_ln, middle_dim=middle_dim, activation=activation)
+        super().__init__(n_embd, n_head, p_dropout=p_dropout, ln_eps=ln_eps, bias=bias,
+                         causal=False, pre_ln=pre_ln, middle_dim=middle_dim,
+                         activation=activation)
 
 
 class DecoderLayer(Module):
-    """Decoder layer of the paper (notes §3.3, §6.1): causal self-attention, cross-attention whose keys
-    and values come from the encoder output (padded source positions hidden), then the FFN.
+    """Decoder layer of the paper (notes §3.3, §6.1): causal self-attention, cross-attention
+    whose keys and values come from the encoder output (padded source positions hidden), then the
+    FFN.
 
     Post-LN (default, the paper):  y = ln_1(y + attention(y))
                                    y = ln_2(y + cross_attention(y, memory))
@@ -695,15 +713,20 @@ class DecoderLayer(Module):
         self.ln_1 = LayerNorm(n_embd, eps=ln_eps)
         self.ln_2 = LayerNorm(n_embd, eps=ln_eps)
         self.ln_3 = LayerNorm(n_embd, eps=ln_eps)
-        self.attention = MultiHeadAttention(n_embd, n_head, causal=True, p_dropout=p_dropout, bias=bias)
-        self.cross_attention = MultiHeadAttention(n_embd, n_head, causal=False, p_dropout=p_dropout, bias=bias)
-        self.ff = FeedForward(n_embd, middle_dim=middle_dim, p_dropout=p_dropout, bias=bias, activation=activation)
+        self.attention = MultiHeadAttention(n_embd, n_head, causal=True, p_dropout=p_dropout,
+                                            bias=bias)
+        self.cross_attention = MultiHeadAttention(n_embd, n_head, causal=False,
+                                                  p_dropout=p_dropout, bias=bias)
+        self.ff = FeedForward(n_embd, middle_dim=middle_dim, p_dropout=p_dropout, bias=bias,
+                              activation=activation)
 
-    def forward(self, y: Tensor, memory: Tensor, src_pad_mask=None, tgt_pad_mask=None, cache=None) -> Tensor:
+    def forward(self, y: Tensor, memory: Tensor, src_pad_mask=None, tgt_pad_mask=None,
+                cache=None) -> Tensor:
         """
         Args:
             y: (B, T, D) decoder stream; memory: (B, S, D) encoder output
-            src_pad_mask: (B, S), True at padded source positions; tgt_pad_mask: (B, T), True at pads
+            src_pad_mask: (B, S), True at padded source positions
+            tgt_pad_mask: (B, T), True at pads
             cache: decoding only, a (self-attention KVCache, cross-attention KVCache) pair
         Returns:
             (B, T, D)
@@ -711,18 +734,20 @@ class DecoderLayer(Module):
         self_cache, cross_cache = (None, None) if cache is None else cache
         if self.pre_ln:
             y = y + self.attention(self.ln_1(y), pad_mask=tgt_pad_mask, cache=self_cache)
-            y = y + self.cross_attention(self.ln_2(y), kv=memory, pad_mask=src_pad_mask, cache=cross_cache)
+            y = y + self.cross_attention(self.ln_2(y), kv=memory, pad_mask=src_pad_mask,
+                                         cache=cross_cache)
             return y + self.ff(self.ln_3(y))
         y = self.ln_1(y + self.attention(y, pad_mask=tgt_pad_mask, cache=self_cache))
-        y = self.ln_2(y + self.cross_attention(y, kv=memory, pad_mask=src_pad_mask, cache=cross_cache))
+        y = self.ln_2(y + self.cross_attention(y, kv=memory, pad_mask=src_pad_mask,
+                                               cache=cross_cache))
         return self.ln_3(y + self.ff(y))
 
 
 class EncoderDecoder(Module):
     """The paper's encoder-decoder (notes §1.1, §6.1-§6.2; Vaswani et al. 2017):
 
-        source -> token_embeddings · √d + sinusoidal positions -> encoder_dropout -> n_layers EncoderLayers
-               (-> encoder_ln, Pre-LN only) = memory
+        source -> token_embeddings · √d + sinusoidal positions -> encoder_dropout
+               -> n_layers EncoderLayers (-> encoder_ln, Pre-LN only) = memory
         target shifted right -> token_embeddings · √d + positions -> decoder_dropout
                -> n_layers DecoderLayers (cross-attending to memory) (-> decoder_ln, Pre-LN only)
                -> logits = y @ token_embeddingsᵀ
@@ -730,40 +755,48 @@ class EncoderDecoder(Module):
     One table serves as source embedding, target embedding and output projection (§4.1); it starts
     N(0, 1/d), so that after the ·√d of §4.4 a token vector has entries of variance 1, the scale of
     the position encoding. Post-LN (the paper) ends every layer in a LayerNorm, so it needs no final
-    one; Pre-LN (pre_ln=True) leaves the residual stream unnormalised and adds encoder_ln/decoder_ln.
+    one; Pre-LN (pre_ln=True) leaves the residual stream unnormalised and adds encoder_ln and
+    decoder_ln.
 
     n_positions: the longest source or target the model accepts (the sinusoidal table is computed
     once for that many positions). bos_id: the token the decoder input starts with (teacher forcing
-    shifts the target right by one, putting bos_id in front). Pad masks: bool, True at padded positions.
+    shifts the target right by one, putting bos_id in front). Pad masks: bool, True at padded
+    positions.
     """
 
-    def __init__(self, n_vocab: int, n_embd: int, n_head: int, n_layers: int = 6, n_positions: int = 1024,
-                 p_dropout: float = 0.1, ln_eps: float = 1e-5, bias: bool = True, pre_ln: bool = False,
-                 middle_dim: int | None = None, activation: str = "relu", bos_id: int = 1):
+    def __init__(self, n_vocab: int, n_embd: int, n_head: int, n_layers: int = 6,
+                 n_positions: int = 1024, p_dropout: float = 0.1, ln_eps: float = 1e-5,
+                 bias: bool = True, pre_ln: bool = False, middle_dim: int | None = None,
+                 activation: str = "relu", bos_id: int = 1):
         if not 0 <= bos_id < n_vocab:
-            raise ValueError(f"EncoderDecoder: bos_id={bos_id} is not a token id (0..{n_vocab - 1})")
-        self.n_vocab, self.n_embd, self.n_positions, self.bos_id = n_vocab, n_embd, n_positions, bos_id
-        self.pre_ln = pre_ln
-        self.position_encoding = sinusoidal_positions(n_positions, n_embd)   # a constant, not a parameter
+            raise ValueError(f"EncoderDecoder: bos_id={bos_id} is not a token id "
+                             f"(0..{n_vocab - 1})")
+        self.n_vocab, self.n_embd, self.n_positions = n_vocab, n_embd, n_positions
+        self.bos_id, self.pre_ln = bos_id, pre_ln
+        # a constant, not a parameter
+        self.position_encoding = sinusoidal_positions(n_positions, n_embd)
         self.token_embeddings = Embedding(n_vocab, n_embd, std=n_embd ** -0.5)
         self.encoder_dropout = Dropout(p_dropout)   # two modules, so each keeps its own last mask
         self.decoder_dropout = Dropout(p_dropout)
-        layer_options = dict(p_dropout=p_dropout, ln_eps=ln_eps, bias=bias, pre_ln=pre_ln, middle_dim=middle_dim,
-                             activation=activation)
-        self.encoder_layers = [EncoderLayer(n_embd, n_head, **layer_options) for _ in range(n_layers)]
+        layer_options = dict(p_dropout=p_dropout, ln_eps=ln_eps, bias=bias, pre_ln=pre_ln,
+                             middle_dim=middle_dim, activation=activation)
+        self.encoder_layers = [EncoderLayer(n_embd, n_head, **layer_options)
+                               for _ in range(n_layers)]
         self.encoder_ln = LayerNorm(n_embd, eps=ln_eps) if pre_ln else None
-        self.decoder_layers = [DecoderLayer(n_embd, n_head, **layer_options) for _ in range(n_layers)]
+        self.decoder_layers = [DecoderLayer(n_embd, n_head, **layer_options)
+                               for _ in range(n_layers)]
         self.decoder_ln = LayerNorm(n_embd, eps=ln_eps) if pre_ln else None
 
     def _check_ids(self, ids, what: str, start: int = 0) -> np.ndarray:
         ids = np.asarray(ids)
         if ids.ndim != 2 or ids.shape[1] == 0:
-            raise ValueError(f"EncoderDecoder: expected {what} token ids of shape (B, S) with S >= 1, "
-                             f"got {ids.shape}")
+            raise ValueError(f"EncoderDecoder: expected {what} token ids of shape (B, S) with "
+                             f"S >= 1, got {ids.shape}")
         if start + ids.shape[1] > self.n_positions:
-            raise ValueError(f"EncoderDecoder: {what} length {start + ids.shape[1]} exceeds n_positions="
-                             f"{self.n_positions}, the longest sequence this model accepts; shorten the "
-                             f"{what} or build the model with a larger n_positions")
+            raise ValueError(f"EncoderDecoder: {what} length {start + ids.shape[1]} exceeds "
+                             f"n_positions={self.n_positions}, the longest sequence this model "
+                             f"accepts; shorten the {what} or build the model with a larger "
+                             f"n_positions")
         return ids
 
     @staticmethod
@@ -772,17 +805,19 @@ class EncoderDecoder(Module):
             return None
         pad_mask = np.asarray(pad_mask)
         if pad_mask.shape != ids.shape:
-            raise ValueError(f"EncoderDecoder: {name} must have the shape of the {what} ids {ids.shape} "
-                             f"(True at padded positions), got {pad_mask.shape}")
+            raise ValueError(f"EncoderDecoder: {name} must have the shape of the {what} ids "
+                             f"{ids.shape} (True at padded positions), got {pad_mask.shape}")
         return pad_mask.astype(bool)
 
     def embed(self, ids, start: int = 0) -> Tensor:
-        """(B, S) ids at positions start.. -> (B, S, D) token_embeddings · √d + sinusoidal positions."""
+        """(B, S) ids at positions start.. -> (B, S, D) token_embeddings · √d + sinusoidal
+        positions."""
         x = self.token_embeddings(ids) * math.sqrt(self.n_embd)
         return x + self.position_encoding[start:start + ids.shape[1]][None]   # (S, D) -> (1, S, D)
 
     def shift_right(self, tgt, tgt_pad_mask=None):
-        """Teacher forcing's decoder input (notes §7.1): [bos, y_0, ..., y_{T-2}], and its pad mask."""
+        """Teacher forcing's decoder input (notes §7.1): [bos, y_0, ..., y_{T-2}], and its pad
+        mask."""
         tgt = np.asarray(tgt)
         bos = np.full((tgt.shape[0], 1), self.bos_id, dtype=tgt.dtype)
         tgt_in = np.concatenate([bos, tgt[:, :-1]], axis=1)                # (B, T) -> (B, T)
@@ -811,13 +846,14 @@ class EncoderDecoder(Module):
         Args:
             tgt_in: (B, T) decoder input ids (already shifted right); memory: (B, S, D)
             src_pad_mask: (B, S), True at padded source positions; tgt_in_pad_mask: (B, T)
-            cache: decoding only, from new_cache; tgt_in then holds just the positions not yet cached
+            cache: decoding only, from new_cache; tgt_in then holds just the positions not yet
+                cached
         Returns:
             logits: (B, T, n_vocab); position t predicts the token after tgt_in[:, :t + 1]
         """
         if cache is not None and len(cache) != len(self.decoder_layers):
-            raise ValueError(f"EncoderDecoder: cache has {len(cache)} entries for {len(self.decoder_layers)} "
-                             f"decoder layers; make it with new_cache")
+            raise ValueError(f"EncoderDecoder: cache has {len(cache)} entries for "
+                             f"{len(self.decoder_layers)} decoder layers; make it with new_cache")
         start = 0 if cache is None else cache[0][0].length
         tgt_in = self._check_ids(tgt_in, "target", start)
         y = self.decoder_dropout(self.embed(tgt_in, start))
@@ -829,34 +865,40 @@ class EncoderDecoder(Module):
         return y @ self.token_embeddings.weights.permute(1, 0)     # (B, T, D) @ (D, V) -> (B, T, V)
 
     def forward(self, src, tgt, src_pad_mask=None, tgt_pad_mask=None) -> Tensor:
-        """Teacher forcing (notes §7.1): every target position in one pass, the target shifted right.
+        """Teacher forcing (notes §7.1): every target position in one pass, the target shifted
+        right.
 
         Args:
             src: (B, S) source ids; tgt: (B, T) target ids
             src_pad_mask: (B, S), tgt_pad_mask: (B, T); True at padded positions
         Returns:
-            logits: (B, T, n_vocab); logits[:, t] is the distribution of tgt[:, t] given tgt[:, :t] and src
+            logits: (B, T, n_vocab); logits[:, t] is the distribution of tgt[:, t] given
+                tgt[:, :t] and src
         """
         src, tgt = self._check_ids(src, "source"), self._check_ids(tgt, "target")
         if src.shape[0] != tgt.shape[0]:
-            raise ValueError(f"EncoderDecoder: source and target batch sizes differ ({src.shape[0]} vs "
-                             f"{tgt.shape[0]}); pass one target row per source row")
+            raise ValueError(f"EncoderDecoder: source and target batch sizes differ "
+                             f"({src.shape[0]} vs {tgt.shape[0]}); pass one target row per source "
+                             f"row")
         src_pad_mask = self._check_pad_mask(src_pad_mask, src, "src_pad_mask", "source")
         tgt_pad_mask = self._check_pad_mask(tgt_pad_mask, tgt, "tgt_pad_mask", "target")
         tgt_in, tgt_in_pad_mask = self.shift_right(tgt, tgt_pad_mask)
         return self.decode(tgt_in, self.encode(src, src_pad_mask), src_pad_mask, tgt_in_pad_mask)
 
     def new_cache(self, capacity: int) -> list:
-        """Per decoder layer a (self-attention KVCache(capacity), cross-attention KVCache()) pair."""
+        """Per decoder layer a (self-attention KVCache(capacity), cross-attention KVCache())
+        pair."""
         if capacity > self.n_positions:
-            raise ValueError(f"EncoderDecoder: a KV cache of {capacity} positions exceeds n_positions="
-                             f"{self.n_positions}; ask for at most {self.n_positions}")
+            raise ValueError(f"EncoderDecoder: a KV cache of {capacity} positions exceeds "
+                             f"n_positions={self.n_positions}; ask for at most {self.n_positions}")
         return [(KVCache(capacity), KVCache()) for _ in self.decoder_layers]
 
-    def generate(self, src, src_pad_mask=None, max_new_tokens: int | None = None, *, sample: bool = False,
-                 temperature: float = 1.0, rng=None, end_id: int | None = None, pad_id: int = 0,
+    def generate(self, src, src_pad_mask=None, max_new_tokens: int | None = None, *,
+                 sample: bool = False, temperature: float = 1.0, rng=None,
+                 end_id: int | None = None, pad_id: int = 0,
                  use_cache: bool = True) -> "Generation":
-        """Translate: encode the source once, then decode from bos_id one token per step (notes §1.1).
+        """Translate: encode the source once, then decode from bos_id one token per step (notes
+        §1.1).
 
         Args:
             src: (B, S) source ids; src_pad_mask: (B, S), True at padded positions
@@ -866,7 +908,8 @@ class EncoderDecoder(Module):
             use_cache: False reruns the decoder over the whole prefix every step (the encoder runs
                 once either way; the cache also keeps the cross-attention keys/values of the memory)
         Returns:
-            Generation: tokens (B, T) without the bos, lengths (B,), logits (B, T, n_vocab), n_forward,
+            Generation: tokens (B, T) without the bos, lengths (B,), logits (B, T, n_vocab),
+            n_forward,
             positions_computed
         """
         src = self._check_ids(src, "source")
@@ -874,11 +917,13 @@ class EncoderDecoder(Module):
         rng = _check_decoding("EncoderDecoder.generate", max_new_tokens, sample, temperature, rng)
         if max_new_tokens is None:
             src_lengths = src.shape[1] - (0 if src_pad_mask is None else src_pad_mask.sum(axis=1))
-            limits = np.minimum(np.broadcast_to(src_lengths + 50, (src.shape[0],)), self.n_positions)
+            limits = np.minimum(np.broadcast_to(src_lengths + 50, (src.shape[0],)),
+                                self.n_positions)
         elif max_new_tokens > self.n_positions:
-            raise ValueError(f"EncoderDecoder.generate: max_new_tokens={max_new_tokens} exceeds n_positions="
-                             f"{self.n_positions}, the longest target this model accepts; ask for at most "
-                             f"{self.n_positions} or build the model with a larger n_positions")
+            raise ValueError(f"EncoderDecoder.generate: max_new_tokens={max_new_tokens} exceeds "
+                             f"n_positions={self.n_positions}, the longest target this model "
+                             f"accepts; ask for at most {self.n_positions} or build the model with "
+                             f"a larger n_positions")
         else:
             limits = np.full(src.shape[0], max_new_tokens)
         bos = np.full((src.shape[0], 1), self.bos_id)
@@ -888,10 +933,12 @@ class EncoderDecoder(Module):
 
             def step(generated):
                 if cache is None:
-                    ids = np.concatenate([bos, generated], axis=1)     # (B, 1 + t): the whole prefix
+                    # (B, 1 + t): the whole prefix
+                    ids = np.concatenate([bos, generated], axis=1)
                 else:
                     ids = bos if generated.shape[1] == 0 else generated[:, -1:]
-                return _last_position(self.decode(ids, memory, src_pad_mask, cache=cache)), ids.shape[1]
+                logits = self.decode(ids, memory, src_pad_mask, cache=cache)
+                return _last_position(logits), ids.shape[1]
 
             return _decode(step, limits, self.n_vocab, sample, temperature, rng, end_id, pad_id)
 
@@ -901,12 +948,12 @@ class KVCache:
     """The keys and values one attention sub-layer keeps between decoding steps, so that a new token
     costs one position's projections and FFN instead of a rerun over the whole prefix (exercise 11).
 
-    capacity=L (causal self-attention): keys (B, h, Dh, L) and values (B, h, L, Dh) at their final size.
-    A step writes its n new positions as kT + kT_new @ P, with P the (n, L) 0/1 placement matrix:
-    tensor.py has no slicing or concatenation, and 0/1 weights copy exactly. Slots not yet written are
-    masked like the future (MASK_VALUE), so they get weight exactly 0.
-    capacity=None (cross-attention): the keys and values of the encoder output, projected on the first
-    step and only read afterwards.
+    capacity=L (causal self-attention): keys (B, h, Dh, L) and values (B, h, L, Dh) at their final
+    size. A step writes its n new positions as kT + kT_new @ P, with P the (n, L) 0/1 placement
+    matrix: tensor.py has no slicing or concatenation, and 0/1 weights copy exactly. Slots not yet
+    written are masked like the future (MASK_VALUE), so they get weight exactly 0.
+    capacity=None (cross-attention): the keys and values of the encoder output, projected on the
+    first step and only read afterwards.
     """
 
     def __init__(self, capacity: int | None = None):
@@ -920,8 +967,9 @@ class KVCache:
         """Append n positions: kT_new (B, h, Dh, n), v_new (B, h, n, Dh)."""
         n_new = kT_new.shape[-1]
         if self.length + n_new > self.capacity:
-            raise ValueError(f"KVCache: cannot write {n_new} more position(s) after {self.length}: the cache "
-                             f"holds {self.capacity}; make it with a larger capacity")
+            raise ValueError(f"KVCache: cannot write {n_new} more position(s) after "
+                             f"{self.length}: the cache holds {self.capacity}; make it with a "
+                             f"larger capacity")
         place = np.zeros((n_new, self.capacity))
         place[np.arange(n_new), self.length + np.arange(n_new)] = 1.0
         kT_placed = kT_new @ Tensor(place)                 # (B, h, Dh, n) @ (n, L) -> (B, h, Dh, L)
@@ -941,32 +989,36 @@ class Generation:
     """What generate returns."""
     tokens: np.ndarray          # (B, T) chosen tokens; pad_id after a row has finished
     lengths: np.ndarray         # (B,) tokens each row generated, its end token included
-    logits: np.ndarray          # (B, T, V) the logits each token was chosen from (before temperature)
+    logits: np.ndarray          # (B, T, V) the logits each token was chosen from (before
+                                # temperature)
     n_forward: int              # forward passes of the decoder, one per step
     positions_computed: int     # positions run through the decoder per row, summed over the steps:
                                 # with the cache prompt + T - 1, without it a whole prefix per step
 
 
 def _check_decoding(who: str, max_new_tokens, sample: bool, temperature: float, rng):
-    if max_new_tokens is not None and (not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 0):
+    if max_new_tokens is not None and (not isinstance(max_new_tokens, (int, np.integer))
+                                       or max_new_tokens < 0):
         raise ValueError(f"{who}: max_new_tokens must be an integer >= 0, got {max_new_tokens!r}; "
                          f"0 generates nothing")
     if not sample:
         return rng
     if not temperature > 0:
-        raise ValueError(f"{who}: temperature must be > 0 when sampling (the logits are divided by it), "
-                         f"got {temperature}; for the most likely token use sample=False (greedy)")
+        raise ValueError(f"{who}: temperature must be > 0 when sampling (the logits are divided "
+                         f"by it), got {temperature}; for the most likely token use sample=False "
+                         f"(greedy)")
     if isinstance(rng, (int, np.integer)):
         return np.random.default_rng(rng)
     if not isinstance(rng, np.random.Generator):
-        raise ValueError(f"{who}: sampling needs rng=np.random.default_rng(seed) (or an int seed), so that "
-                         f"a seed fixes every draw; got {rng!r}")
+        raise ValueError(f"{who}: sampling needs rng=np.random.default_rng(seed) (or an int "
+                         f"seed), so that a seed fixes every draw; got {rng!r}")
     return rng
 
 
 @contextmanager
 def _decoding(model: Module):
-    """Eval mode (no dropout) and no graph while decoding; the model's mode is restored afterwards."""
+    """Eval mode (no dropout) and no graph while decoding; the model's mode is restored
+    afterwards."""
     was_training = model.training
     model.eval()
     try:
@@ -977,7 +1029,8 @@ def _decoding(model: Module):
 
 
 def _last_position(logits: Tensor) -> Tensor:
-    """(B, S, V) -> (B, V), the last position. tensor.py has no indexing: a 0/1 row picks it, exactly."""
+    """(B, S, V) -> (B, V), the last position. tensor.py has no indexing: a 0/1 row picks it,
+    exactly."""
     batch_size, seq_len, n_vocab = logits.shape
     if seq_len > 1:
         pick = np.zeros((1, seq_len))
@@ -996,8 +1049,9 @@ def _choose_tokens(logits: Tensor, sample: bool, temperature: float, rng) -> np.
 
 def _decode(step, limits: np.ndarray, n_vocab: int, sample: bool, temperature: float, rng,
             end_id: int | None, pad_id: int) -> Generation:
-    """The loop both generate methods share. step(generated (B, t)) -> (next logits (B, V), positions
-    it ran). Row b stops after end_id or after limits[b] tokens; the batch stops when every row has."""
+    """The loop both generate methods share. step(generated (B, t)) -> (next logits (B, V),
+    positions it ran). Row b stops after end_id or after limits[b] tokens; the batch stops when
+    every row has."""
     batch_size = len(limits)
     generated = np.zeros((batch_size, 0), dtype=np.int64)
     lengths = np.zeros(batch_size, dtype=np.int64)
@@ -1011,7 +1065,8 @@ def _decode(step, limits: np.ndarray, n_vocab: int, sample: bool, temperature: f
         finished = finished | (lengths >= limits) | (end_id is not None and chosen == end_id)
         generated = np.concatenate([generated, chosen[:, None]], axis=1)     # (B, t) -> (B, t + 1)
         steps_logits.append(logits.numpy())
-    logits_all = np.stack(steps_logits, axis=1) if steps_logits else np.zeros((batch_size, 0, n_vocab))
+    logits_all = (np.stack(steps_logits, axis=1) if steps_logits
+                  else np.zeros((batch_size, 0, n_vocab)))
     return Generation(generated, lengths, logits_all, n_forward, positions)
 
 
@@ -1069,23 +1124,48 @@ def noam_lr(step, d_model: int = 512, warmup: int = 4000):
     """The paper's learning rate (notes §7.5): d_model^-0.5 · min(step^-0.5, step · warmup^-1.5).
 
     Rises linearly for `warmup` steps to its peak d_model^-0.5 · warmup^-0.5, then falls as 1/√step.
-    step counts updates from 1: at step 0 the formula's step^-0.5 divides by zero, so the first update
-    uses peak / warmup, not 0. step may be an int or an integer numpy array (for plots).
+    step counts updates from 1: at step 0 the formula's step^-0.5 divides by zero, so the first
+    update uses peak / warmup, not 0. step may be an int or an integer numpy array (for plots).
     """
     steps = np.asarray(step)
     if not np.issubdtype(steps.dtype, np.integer):
         kind = f"an array of {steps.dtype}" if steps.ndim else f"a {type(step).__name__}"
-        raise TypeError(f"noam_lr: step must be an integer (it counts updates, from 1), got {step!r}, {kind}")
+        raise TypeError(f"noam_lr: step must be an integer (it counts updates, from 1), "
+                        f"got {step!r}, {kind}")
     if np.any(steps < 1):
-        raise ValueError(f"noam_lr: step must be an integer >= 1 (the number of the update about to be "
-                         f"made, counting from 1), got {step!r}; step^-0.5 is undefined at 0")
+        raise ValueError(f"noam_lr: step must be an integer >= 1 (the number of the update about "
+                         f"to be made, counting from 1), got {step!r}; step^-0.5 is undefined at 0")
     steps = steps.astype(np.float64)
     lr = d_model ** -0.5 * np.minimum(steps ** -0.5, steps * warmup ** -1.5)
     return float(lr) if lr.ndim == 0 else lr
 
 
-__all__ = ["MASK_VALUE", "set_seed", "fused", "logsumexp", "softmax", "softmax_loss", "gelu", "sinusoidal_frequencies",
-           "sinusoidal_positions", "Parameter", "Module", "Linear", "Embedding", "Dropout", "LayerNorm",
-           "MultiHeadAttention", "FeedForward", "TransformerLayer", "DecoderLM", "EncoderLayer",
-           "DecoderLayer", "EncoderDecoder", "KVCache", "Generation", "lm_loss", "SGD", "Adam", "noam_lr",
-           "Tensor", "no_grad"]
+# ==== beyond the notes: the fusion switch (03 part 7, 06 part 6) ==================================
+# The lesson above composes primitives. What fusing them buys a layer (launches, bytes moved, memory
+# kept for backward) is measured by 03 part 7 and 06 part 6, which run the same modules inside
+# `with fused():`. gelu, LayerNorm.forward and MultiHeadAttention.self_attention read the switch.
+_fusion = None   # None: compose the primitives (the default); else dict(flash=..., block_size=...)
+
+
+@contextmanager
+def fused(flash: bool = False, block_size: int = 64):
+    """Inside the block, LayerNorm, gelu and the attention core use tensor.py's fused primitives
+    (one launch each way); flash=True makes the core one flash_attention launch over key blocks of
+    block_size. The flash core never forms the attention weights, so it cannot drop them: a
+    MultiHeadAttention in training mode with p_dropout > 0 refuses to run under flash=True (no
+    silent change of the model)."""
+    global _fusion
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"fused: block_size must be an integer >= 1, got {block_size!r}")
+    previous, _fusion = _fusion, dict(flash=bool(flash), block_size=block_size)
+    try:
+        yield
+    finally:
+        _fusion = previous
+
+
+__all__ = ["MASK_VALUE", "set_seed", "fused", "logsumexp", "softmax", "softmax_loss", "gelu",
+           "sinusoidal_frequencies", "sinusoidal_positions", "Parameter", "Module", "Linear",
+           "Embedding", "Dropout", "LayerNorm", "MultiHeadAttention", "FeedForward",
+           "TransformerLayer", "DecoderLM", "EncoderLayer", "DecoderLayer", "EncoderDecoder",
+           "KVCache", "Generation", "lm_loss", "SGD", "Adam", "noam_lr", "Tensor", "no_grad"]
