@@ -1,8 +1,9 @@
 """Tests for script 04: every claim of notes §5.2-§5.4 it serves.
 
-Part 4 trains over seeds 0, 1, 2: for 75 steps the runs whose fate shows early (Post-LN without warmup at the
-large lr, both at the small lr), for the full 400 the two whose comparison needs it (warmed-up Post-LN against
-Pre-LN without warmup).
+Part 4 trains as the script does: the settled configurations (Post-LN without warmup at the large lr, both at the
+small lr) over seeds 0-2 for 100 steps; the two whose comparison needs the spread (warmed-up Post-LN against
+Pre-LN without warmup) for 400 steps over seeds 0-9, and asserts each of their claims with a margin that a seed
+or two tipping on another CPU cannot break.
 """
 import argparse
 
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+import common
 from conftest import load_script
 
 m = load_script("04_residual_layernorm")
@@ -112,58 +114,80 @@ def test_pre_ln_has_a_final_layernorm():                                    # S5
     assert model.ln is not None and m.city_train.build_model(n_layers=2, pre_ln=False).ln is None
 
 
-# ---- Part 4 · S5.4-d..g, over seeds 0, 1, 2 -----------------------------------------------------------------
-SEEDS = (0, 1, 2)
-# Each fixture's tests in an xdist group of their own: the two trainings run on different workers at once
-EARLY, FULL = pytest.mark.xdist_group("test_04 75 steps"), pytest.mark.xdist_group("test_04 400 steps")
+# ---- Part 4 · S5.4-d..g: claims over seeds ------------------------------------------------------------------
+# The settled configurations at 3 seeds, as the script runs them; the contested two at 10 (the script's default is
+# 5). Each fixture's tests in an xdist group of their own: the two trainings run on different workers at once.
+SETTLED_SEEDS, CONTESTED_SEEDS = (0, 1, 2), tuple(range(10))
+EARLY = pytest.mark.xdist_group("test_04 settled")
+FULL = pytest.mark.xdist_group("test_04 contested")
 
 
 @pytest.fixture(scope="module")
 def early():
-    """Who trains and who fails shows within 75 steps: the large-lr Post-LN run without warmup, both small-lr runs.
-    Seeds 0-4 measured at step 75, the same on ATEN_CPU_CAPABILITY=default: Post-LN at the large lr 2836-2856 (the
-    unigram model: 2824), the small-lr runs 518-625 (the bigram model: 898); at step 100 (as in --quick) 2837-2868
-    and 367-559. At step 50 the small-lr runs were within 11% of the bigram model (714-805), too close."""
-    return m.training_stability(configs=(("Post-LN", m.LARGE_LR, 0), ("Post-LN", m.SMALL_LR, 0),
-                                         ("Pre-LN", m.SMALL_LR, 0)), seeds=SEEDS, steps=75)
+    """Who trains and who fails at the settled configurations shows within 100 steps."""
+    return m.training_stability([(config, SETTLED_SEEDS, m.SETTLED_STEPS) for config in m.SETTLED])
 
 
 @pytest.fixture(scope="module")
 def full():
-    """The instability of warmed-up Post-LN needs the full 400 steps."""
-    return m.training_stability(configs=(("Post-LN", m.LARGE_LR, m.WARMUP), ("Pre-LN", m.LARGE_LR, 0)),
-                                seeds=SEEDS, steps=400)
+    """The instability of warmed-up Post-LN needs the full 400 steps, and its fate varies by seed."""
+    return m.training_stability([(config, CONTESTED_SEEDS, m.CONTESTED_STEPS) for config in m.CONTESTED])
 
 
 @EARLY
-def test_post_ln_without_warmup_stays_at_the_unigram_level_at_every_seed(early):      # S5.4-e
-    assert m.stability_claims(early)["fails", "Post-LN", m.LARGE_LR, 0] == (3, 3)
+def test_post_ln_without_warmup_stays_at_the_unigram_level_by_a_margin_no_kernel_moves(early):   # S5.4-e
+    margins = m.stability_claims(early)["fails", "Post-LN", m.LARGE_LR, 0]
+    # settled: decided at every seed by more than other float kernels move a final excess, so the printed count
+    # is the same on any CPU (unmarked); seeds 0-4 on two CPUs and torch's generic kernels: 2837-2868 at step 100
+    assert len(margins) == 3 and min(margins) > m.SETTLED_TIPPING
     unigram = early["baselines"]["unigram"]
     assert all(0.95 * unigram < run["final"] < 1.1 * unigram for run in early["runs"] if run["lr"] == m.LARGE_LR)
+    # and far from the small-lr runs of the same 100 steps (seeds 0-4: 2837-2868 against 367-559)
+    small = [run["final"] for run in early["runs"] if run["lr"] == m.SMALL_LR]
+    assert min(run["final"] for run in early["runs"] if run["lr"] == m.LARGE_LR) > 3 * max(small)
 
 
 @EARLY
-def test_both_train_at_the_small_lr_at_every_seed(early):                             # S5.4-d
+def test_both_train_at_the_small_lr_by_a_margin_no_kernel_moves(early):                            # S5.4-d
     claims = m.stability_claims(early)
-    assert claims["trains", "Post-LN", m.SMALL_LR, 0] == claims["trains", "Pre-LN", m.SMALL_LR, 0] == (3, 3)
+    for placement in ("Post-LN", "Pre-LN"):
+        margins = claims["trains", placement, m.SMALL_LR, 0]
+        assert len(margins) == 3 and min(margins) > m.SETTLED_TIPPING
 
 
 @FULL
-def test_pre_ln_trains_without_warmup_and_post_ln_with_it_at_every_seed(full):         # S5.4-f, S5.4-g
+def test_pre_ln_trains_without_warmup_and_post_ln_with_it_at_most_seeds(full):                  # S5.4-f, S5.4-g
+    """Measured (10 seeds, this engine): Pre-LN 10 of 10, Post-LN 9-10 of 10 on the CPUs we tried; one seed in ten
+    blew up on one machine. At a true rate of 0.9 the chance that 10 seeds count 5 or fewer is 0.16%, so "at least
+    6 of 10" is safe against another CPU's tipping seeds, where "10 of 10" is not."""
     claims = m.stability_claims(full)
-    assert claims["trains", "Pre-LN", m.LARGE_LR, 0] == claims["trains", "Post-LN", m.LARGE_LR, m.WARMUP] == (3, 3)
-    assert all(run["final"] < 0.6 * full["baselines"]["bigram"] for run in full["runs"])
+    for key in (("trains", "Pre-LN", m.LARGE_LR, 0), ("trains", "Post-LN", m.LARGE_LR, m.WARMUP)):
+        assert len(claims[key]) == 10 and common.holds(claims[key]) >= 6
+        assert common.verdict(common.holds(claims[key]), 10) in ("holds", "mostly")
 
 
 @FULL
-def test_warmed_up_post_ln_climbs_back_further_than_pre_ln_at_every_seed(full):       # S5.4-f "unstable"
-    assert m.stability_claims(full)["climbs more", m.WARMUP] == (3, 3)
+def test_warmed_up_post_ln_climbs_back_further_than_pre_ln_at_most_seeds(full):                 # S5.4-f "unstable"
+    """Measured 9 of 10 on an AVX-512 CPU (the tenth a tie: 0.024 against 0.026); as above, asserted at >= 6 of 10
+    (0.16% to fail at a true rate of 0.9). The medians separate the placements by far more than one seed can."""
+    margins = m.stability_claims(full)["climbs more"]
+    assert len(margins) == 10 and common.holds(margins) >= 6
     climbs = {placement: [run["climb"] for run in full["runs"] if run["placement"] == placement]
               for placement in ("Post-LN", "Pre-LN")}
-    # At one seed the gap can be thin: seed 0 climbed 15% against 5% on this machine's AVX2 kernels, 4.7%
-    # against 2.0% on torch's generic ones (seeds 1-2 there: 21 and 18% against 2 and 8%). Over the seeds it
-    # is wide on both: the medians 17.6% against 2.0% under the generic kernels.
-    assert np.median(climbs["Post-LN"]) > 0.10 and np.median(climbs["Post-LN"]) > 2 * np.median(climbs["Pre-LN"])
+    assert np.median(climbs["Post-LN"]) > 2 * np.median(climbs["Pre-LN"])
+
+
+@FULL
+def test_the_ending_sentence_is_worded_by_the_count_of_seeds_where_each_ends_lower(full):
+    finals = {config: {run["seed"]: run["final"] for run in full["runs"]
+                       if (run["placement"], run["lr"], run["warmup"]) == config} for config in m.CONTESTED}
+    post, pre = (finals[config] for config in m.CONTESTED)
+    post_lower = sum(post[s] < pre[s] for s in CONTESTED_SEEDS)
+    text = m.ending_text(full)
+    assert f"median test excess {np.median(list(post.values())):.0f} (warmed-up Post-LN)" in text
+    lower = max(post_lower, 10 - post_lower)
+    assert f"ends lower at {lower} of 10 seeds" in text
+    assert ("neither ends clearly better" in text) == (lower < 8)
 
 
 def test_worst_climb_and_window_means_on_a_known_curve():
@@ -174,17 +198,22 @@ def test_worst_climb_and_window_means_on_a_known_curve():
 
 
 @EARLY
-def test_the_summary_counts_what_the_small_lr_runs_show(early):
-    small = m.stability_summary(early)
-    assert any(f"lr {m.SMALL_LR:g}: Post-LN trains" in line and "in 3 of 3 seeds, Pre-LN in 3 of 3 seeds" in line
-               for line in small)
+def test_the_summary_counts_what_the_small_lr_runs_show(early, capsys):
+    for line in m.stability_summary(early):
+        line()
+    out = capsys.readouterr().out
+    assert f"lr {m.SMALL_LR:g}: Post-LN trains (ends below the bigram model): 3 of 3 seeds, holds" in out
+    assert f"lr {m.SMALL_LR:g}: Pre-LN trains: 3 of 3 seeds, holds" in out
 
 
 @FULL
-def test_the_summary_counts_what_the_large_lr_runs_show(full):
-    large = m.stability_summary(full)
-    assert any("Post-LN trains in 3 of 3 seeds, but unstably" in line
-               and "climbs back further than Pre-LN's (no warmup) in 3 of 3 seeds" in line for line in large)
+def test_the_summary_counts_what_the_large_lr_runs_show(full, capsys):
+    for line in m.stability_summary(full):
+        line()
+    out = capsys.readouterr().out
+    k = common.holds(m.stability_claims(full)["climbs more"])
+    assert f"climbs back further than Pre-LN's (no warmup): {k} of 10 seeds, {common.verdict(k, 10)}" in out
+    assert all(line.startswith(common.KERNELS) for line in out.splitlines())   # contested: every count ⚙
 
 
 def test_part1_states_the_residual_streams_growth_that_its_table_shows(capsys):
