@@ -9,7 +9,7 @@ PY     := $(VENV)/bin/python
 TIMED  := figures/timed
 SCRIPTS := $(sort $(wildcard code/lecture06/0[1-7]_*.py))
 
-.PHONY: all test figures bench golden venv clean help
+.PHONY: all test seeds figures bench golden venv clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z]+:.*## ' Makefile | sed 's/:.*## /\t/'
@@ -35,11 +35,16 @@ all: venv  ## run every script: figures/*.png, figures/NN_output.txt (the ⏱ ti
 
 figures: all  ## same as all: every figure is written by its script
 
-test: venv  ## the test suite
-	$(PY) -m pytest -q -n auto --dist loadgroup --no-loadscope-reorder tests
+test: venv  ## the test suite, but for the claims counted over 10 seeds (make seeds)
+	$(PY) -m pytest -q -n auto --dist loadgroup --no-loadscope-reorder -m "not seeds" tests
 
-bench: venv  ## time one training step, tensor.py against PyTorch
+# One pytest process: runner.py trains each fixture's stacks of runs side by side on all the cores
+seeds: venv  ## the training claims, each counted over 10 seeds (a few minutes; CI runs it after make test)
+	$(PY) -m pytest -q -p no:xdist -m seeds tests
+
+bench: venv  ## time one training step, tensor.py against PyTorch; a city-language run, lone against stacked
 	$(PY) code/lecture06/bench_step.py
+	$(PY) code/lecture06/bench_city.py
 
 golden: venv  ## regenerate tests/golden/ (the expected quick outputs) from fresh runs
 	$(PY) tests/outputs.py --update

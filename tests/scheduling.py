@@ -22,9 +22,9 @@ if "PYTEST_XDIST_WORKER_COUNT" in os.environ:   # before runner.py reads it
 
 import runner  # noqa: E402
 
-# The longest groups, longest first: the fixtures that train over seeds (test_04's two have a group each), and
+# The longest groups, longest first: the fixtures that train over seeds (test_04's settled runs have a group), and
 # test_outputs' quick runs of every script, under torch's slower generic kernels
-LONGEST_FIRST = ("test_04 400 steps", "test_04 75 steps", "test_outputs", "test_07_sentiment",
+LONGEST_FIRST = ("test_04 settled", "test_outputs", "test_07_sentiment",
                  "test_05_training_recipe", "test_transformer")
 
 
