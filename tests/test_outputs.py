@@ -1,13 +1,16 @@
-"""Every script, run as a reader runs it (quick form, from another directory), but on other float kernels
-than the ones `make golden` used (torch's generic ones on two threads, another OpenBLAS core type):
-- it prints the stored golden output: every line not marked ⏱ or ⚙, every digit as printed. The one run
-  proves both that the script still prints what it printed and that its unmarked lines do not depend on the
-  float kernels: only ⏱ (timings) and ⚙ (kernel-dependent digits) may move. On a mismatch the test reruns the
-  script on this machine's own kernels to say which of the two failed;
-- another seed moves the numbers of a part that draws random numbers (one cheap part per script, in process).
-Each script runs once. All run on one xdist worker (the module is one xdist_group), each forked from one process
-that imported numpy and torch on those kernels once (outputs.run_quick_preloaded). That ⚙ lines repeat
-bit for bit on one machine is tested where they are made (test_city_train, test_07_sentiment).
+"""Every script, run as a reader runs it (quick form, from another directory), but on other float
+kernels than the ones `make golden` used (torch's generic ones on two threads, another OpenBLAS core
+type, MKL's compatible code path, numpy's own loops without AVX-512):
+- it prints the stored golden output: every line not marked ⏱ or ⚙, every digit as printed. The one
+  run proves both that the script still prints what it printed and that its unmarked lines do not
+  depend on the float kernels: only ⏱ (timings) and ⚙ (kernel-dependent digits) may move. On a
+  mismatch the test reruns the script on this machine's own kernels to say which of the two failed;
+- another seed moves the numbers of a part that draws random numbers (one cheap part per script, in
+  process).
+Each script runs once. All run on one xdist worker (the module is one xdist_group), each forked from
+one process that imported numpy and torch on those kernels once (outputs.run_quick_preloaded). That ⚙
+lines repeat bit for bit on one machine is tested where they are made (test_city_train,
+test_07_sentiment).
 """
 import os
 import platform
@@ -21,13 +24,29 @@ from outputs import (SCRIPTS, golden_path, normalise, prints_number, run_quick, 
 
 def other_kernels() -> dict:
     """Environment for a run on other float kernels than this machine's defaults."""
-    # torch's generic C++ kernels instead of AVX2/AVX-512/NEON ones; torch on two threads where a script leaves
-    # it its default (training pins one). numpy's BLAS stays on threads.py's one: on two cores, two BLAS threads
-    # in each of two training workers spin on each other (07's run took 18 s of CPU instead of 7.5)
+    # torch's generic C++ kernels instead of AVX2/AVX-512/NEON ones; torch on two threads where a
+    # script leaves it its default (training pins one). numpy's BLAS stays on threads.py's one: on two
+    # cores, two BLAS threads in each of two training workers spin on each other (07's run took 18 s
+    # of CPU instead of 7.5)
     env = {"ATEN_CPU_CAPABILITY": "default", "OMP_NUM_THREADS": "2"}
-    # another OpenBLAS kernel family; a core type the machine's own setup chose (for a CPU that needs it) stays
-    if "OPENBLAS_CORETYPE" not in os.environ:
-        env["OPENBLAS_CORETYPE"] = "Sandybridge" if platform.machine() in ("x86_64", "AMD64") else "ARMV8"
+    # a kernel choice the machine's own setup made (for a CPU that needs it) stays
+    env.update({name: value for name, value in other_library_kernels().items()
+                if name not in os.environ})
+    return env
+
+
+def other_library_kernels() -> dict:
+    """Other kernels in the libraries under numpy and torch: another OpenBLAS kernel family; MKL's
+    compatible code path (MKL is torch's BLAS on x86_64); numpy's own SIMD loops (sin, cos, exp,
+    sums) without their AVX-512 groups, named only where this numpy dispatches them: numpy refuses
+    to disable a group it does not have (an ImportWarning, or an error under -W error)."""
+    from numpy._core import _multiarray_umath as numpy_simd
+    x86 = platform.machine() in ("x86_64", "AMD64")
+    env = {"OPENBLAS_CORETYPE": "Sandybridge" if x86 else "ARMV8", "MKL_CBWR": "COMPATIBLE"}
+    avx512 = [group for group in numpy_simd.__cpu_dispatch__
+              if group == "X86_V4" or group.startswith("AVX512")]
+    if avx512:
+        env["NPY_DISABLE_CPU_FEATURES"] = " ".join(avx512)
     return env
 
 
