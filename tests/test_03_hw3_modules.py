@@ -209,8 +209,8 @@ def test_part5_says_what_each_count_counts(capsys):
 
 
 def test_rounding_level_values_print_as_bounds():
-    assert s03.at_most(3.6e-15, 1e-13) == "≤ 1e-13"
-    assert s03.at_most(2e-13, 1e-13) == "2.0e-13, MORE than the 1e-13 of rounding"
+    assert common.at_most(3.6e-15, 1e-13) == "≤ 1e-13"
+    assert common.at_most(2e-13, 1e-13) == "2.0e-13, MORE than the 1e-13 of rounding"
 
 
 def test_script_runs_and_is_deterministic(capsys, tmp_path):

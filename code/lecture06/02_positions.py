@@ -19,14 +19,6 @@ from tensor import no_grad
 D_MODEL = 512   # the paper's base width, used by parts 1-4
 
 
-def at_most(value: float, bound: float) -> str:
-    """A rounding-level value as a bound that holds on any CPU ("≤ 1e-13"); its digits depend on the
-    float kernels, the bound does not. Above the bound, the value itself: that is a finding."""
-    if value <= bound:
-        return f"≤ {bound:.0e}"
-    return f"{value:.1e}, MORE than the {bound:.0e} of rounding"
-
-
 # ---- Part 1 · §4.2 ------------------------------------------------------------------------------
 def sinusoidal(d: int = D_MODEL, n_positions: int = 2048) -> dict:
     """Wavelengths, the smallest distance between two positions' encodings, nearest neighbours,
@@ -131,10 +123,10 @@ DOT_ROUNDING = 1e-12
 def show_rotation(args):
     r = rotation()
     common.header(2, "§4.2", "PE(t+k) is a rotation of PE(t); PE(t)·PE(t+k) depends only on k")
-    common.table([[row["k"], at_most(row["rotation_error"], ROTATION_ROUNDING),
+    common.table([[row["k"], common.at_most(row["rotation_error"], ROTATION_ROUNDING),
                    f"{row['dot_mean']:.6f}", f"{row['sum_cos']:.6f}",
-                   at_most(abs(row["dot_mean"] - row["sum_cos"]), DOT_ROUNDING),
-                   at_most(row["dot_std"], DOT_ROUNDING)] for row in r["rows"]],
+                   common.at_most(abs(row["dot_mean"] - row["sum_cos"]), DOT_ROUNDING),
+                   common.at_most(row["dot_std"], DOT_ROUNDING)] for row in r["rows"]],
                  ["k", f"max |PE(t)R_k − PE(t+k)|, t < {r['t_rotate']}",
                   f"mean PE(t)·PE(t+k), t < {r['t_dot']}",
                   "Σᵢ cos(ωᵢk)", "|mean − Σ cos|", "std over t"],

@@ -34,14 +34,6 @@ ROUNDING = 1e-15   # float64 rounding at the scale of these values (≈ 1): what
 PARITY_BOUND = 1e-13   # rounding accumulated through a few layers' forward and backward
 
 
-def at_most(value: float, bound: float) -> str:
-    """A rounding-level value as a bound that holds on any CPU ("≤ 1e-15"); its digits depend on the
-    float kernels, the bound does not. Above the bound, the value itself: that is a finding."""
-    if value <= bound:
-        return f"≤ {bound:.0e}"
-    return f"{value:.1e}, MORE than the {bound:.0e} of rounding"
-
-
 # ---- Part 1 · §9.1 softmax_loss = logsumexp(z) − z_y ---------------------------------------------
 def stable_loss(logits=(1000.0, 999.0, 998.0), target: int = 0) -> dict:
     """Naive log Σ exp against transformer.logsumexp, and the autodiff gradient of softmax_loss."""
@@ -73,7 +65,7 @@ def show_stable_loss(args):
                   enumerate(zip(r["logits"], r["softmax"], r["onehot"], r["grad"]))],
                  headers=["class", "z", "softmax(z)", "onehot(y)", "∂loss/∂z (autodiff)"],
                  floatfmt=".6f")
-    print(f"max |autodiff gradient − (softmax − onehot)| {at_most(r['max_grad_diff'], ROUNDING)}")
+    print(f"max |autodiff gradient − (softmax − onehot)| {common.at_most(r['max_grad_diff'], ROUNDING)}")
 
 
 # ---- Part 2 · §7.2 inverted dropout --------------------------------------------------------------
@@ -103,7 +95,7 @@ def show_dropout(args):
                   ["eval mode: max |output − input|", f"{r['eval_max_change']:.1f}",
                    "identity" + (" (returns its input)" if r["eval_is_identity"] else "")]],
                  headers=["train mode", "ours", "expected"], disable_numparse=True)
-    print(f"|mean − kept/(1 − p)| {at_most(abs(r['mean'] - r['kept_over_keep_prob']), ROUNDING)}: "
+    print(f"|mean − kept/(1 − p)| {common.at_most(abs(r['mean'] - r['kept_over_keep_prob']), ROUNDING)}: "
           f"the mean is the kept fraction rescaled, so E[output] = input")
 
 
@@ -274,7 +266,7 @@ def show_parity(args):
                           "max |Δ gradient| (all parameters + input)"], disable_numparse=True,
                  kernel_dependent=True)
     overall = max(max(r["output_diff"], r["max_grad_diff"]) for r in results)
-    print(f"largest difference anywhere {at_most(overall, PARITY_BOUND)} (float64 rounding; notes: "
+    print(f"largest difference anywhere {common.at_most(overall, PARITY_BOUND)} (float64 rounding; notes: "
           f"3.6e-15); not a line of backward written by hand")
     # which tensor holds the largest of many rounding-level differences depends on the CPU's kernels
     common.kernel_note("largest gradient difference in: "
@@ -620,7 +612,7 @@ def show_generation(g: dict):
         f"tokens), and each\nrow {'stops' if stops else 'does NOT stop'} at its source length + 50 "
         f"({limits_text}). Without the cache pass t recomputes t positions: {recomputed} = "
         f"{passes}·{passes + 1}/2 ({triangle}).\nThe cache's logits equal the recompute's: "
-        f"max |Δ logits| {at_most(g['max_logit_diff'], 1e-12)}, {same} tokens.")
+        f"max |Δ logits| {common.at_most(g['max_logit_diff'], 1e-12)}, {same} tokens.")
 
 
 def show_encoder_decoder(args):
@@ -678,7 +670,7 @@ def show_encoder_decoder(args):
     overall = max(max(p["output_diff"], p["max_grad_diff"]) for p in results)
     common.note(f"Post-LN and Pre-LN: the logits and the gradients of all "
                 f"{' and '.join(str(p['n_tensors']) for p in results)} parameter tensors differ by "
-                f"{at_most(overall, PARITY_BOUND)}"
+                f"{common.at_most(overall, PARITY_BOUND)}"
                 + (": float64 rounding." if overall <= PARITY_BOUND else ": NOT rounding, a bug."))
     post, pre = results
     extra = pre["n_params"] - post["n_params"]

@@ -147,14 +147,6 @@ def batch_norm(x: np.ndarray, eps: float = 1e-5) -> np.ndarray:
 LAYERNORM_ROUNDING = 1e-14
 
 
-def at_most(value: float, bound: float) -> str:
-    """A rounding-level value as a bound that holds on any CPU ("≤ 1e-14"); its digits depend on the
-    float kernels, the bound does not. Above the bound, the value itself: that is a finding."""
-    if value <= bound:
-        return f"≤ {bound:.0e}"
-    return f"{value:.1e}, MORE than the {bound:.0e} of rounding"
-
-
 def batch_companions(seq_len: int = 4, d: int = 8, batch: int = 2, trials: int = 5,
                      scale: float = 7.5, seed: int = 0) -> dict:
     """Batch one sequence with `trials` different sets of companions: how much its LayerNorm and
@@ -186,7 +178,7 @@ def show_batch_companions(args):
                  ["trial", "LayerNorm", "BatchNorm"], floatfmt=("d", ".1f", ".2f"))
     common.note(f"Input scaled by {r['scale']}: LayerNorm output changes by "
                 f"{r['scaled'][1e-5]:.1e} with eps = 1e-5 and "
-                f"{at_most(r['scaled'][0.0], LAYERNORM_ROUNDING)} (rounding) with eps = 0: the "
+                f"{common.at_most(r['scaled'][0.0], LAYERNORM_ROUNDING)} (rounding) with eps = 0: the "
                 "change comes from eps alone.")
 
 
@@ -488,7 +480,7 @@ def _print_setup(r):
                 f"{r['init']} init, no dropout; Adam, batch {r['batch_size']} × "
                 f"{city_lab.SEQ_LEN}, lr constant after the warmup;\na seed draws the weights and "
                 "the batches; each configuration at "
-                + " or ".join(f"{n} seeds × {steps} steps" for n, steps in counts)
+                + " or ".join(f"{n} seed{'s' * (n != 1)} × {steps} steps" for n, steps in counts)
                 + f" (the table below says which).\nExcess cross-entropy over the exact bound "
                 f"({city_lab.lower_bound():.4f} nats/token) in mnat/token; for scale: unigram model "
                 f"{unigram:+.0f},\nbigram model {bigram:+.0f}.")

@@ -106,14 +106,6 @@ def show_teacher_forcing(args):
 ROUNDING = 1e-15
 
 
-def at_most(value: float, bound: float) -> str:
-    """A rounding-level value as a bound that holds on any CPU ("≤ 1e-15"); its digits depend on the
-    float kernels, the bound does not. Above the bound, the value itself: that is a finding."""
-    if value <= bound:
-        return f"≤ {bound:.0e}"
-    return f"{value:.1e}, MORE than the {bound:.0e} of rounding"
-
-
 def smoothed_targets(V: int, eps: float, correct: int, convention: str) -> np.ndarray:
     """The smoothed one-hot target. 'torch': ε spread over all V classes (F.cross_entropy's
     label_smoothing); 'slides': ε spread over the other V − 1 classes (slides p. 21)."""
@@ -235,7 +227,7 @@ def show_label_smoothing(args):
                 "= p, so the correct logit beats the others by log(p_correct/p_other):")
     common.table([[row["convention"], f"{row['p_correct']:.7f}", sci(row["p_other"], 4),
                    f"{row['gap_formula']:.6f}", f"{row['gap_lbfgs']:.6f}",
-                   at_most(row["others_spread"], ROUNDING), f"{row['softmax_at_gap']:.7f}"]
+                   common.at_most(row["others_spread"], ROUNDING), f"{row['softmax_at_gap']:.7f}"]
                   for row in g["rows"]],
                  ["convention", "p correct", "p other", "gap: formula",
                   "gap: LBFGS on all V logits", "spread of others", "softmax at the gap"],
@@ -257,8 +249,8 @@ def show_label_smoothing(args):
     common.note(f"correct class: {c['p_torch'][k]:.2f} (PyTorch) vs {c['p_slides'][k]:.2f} "
                 f"(slides), differ by {c['diff_correct']:.3f} (= ε/V); each other class by "
                 f"{c['diff_other']:.4f}.\nBoth gradients are softmax(z) − p: max error "
-                f"{at_most(c['torch_grad_error'], ROUNDING)} (F.cross_entropy, "
-                f"label_smoothing={c['eps']}), {at_most(c['slides_grad_error'], ROUNDING)} "
+                f"{common.at_most(c['torch_grad_error'], ROUNDING)} (F.cross_entropy, "
+                f"label_smoothing={c['eps']}), {common.at_most(c['slides_grad_error'], ROUNDING)} "
                 "(slides' target, tensor.py autodiff).")
 
     r = smoothing_cost()
@@ -453,7 +445,7 @@ def show_adam_first_step(args):
                  disable_numparse=True)
     worst = max(float(np.abs(rows[e][k] - rows[e]["formula"]).max()) for e in (e1, e2)
                 for k in ("torch", "ours"))
-    common.note(f"max |measured − formula| {at_most(worst, ROUNDING)}. Nine orders of magnitude of gradient, one "
+    common.note(f"max |measured − formula| {common.at_most(worst, ROUNDING)}. Nine orders of magnitude of gradient, one "
                 "step size: every parameter moves by about lr at once,\nwhatever its gradient. "
                 "Only when |g| nears ε does the step shrink. Warmup keeps these first full-size "
                 "steps small.")

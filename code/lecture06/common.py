@@ -99,6 +99,14 @@ def kernel_note(text: str):
     _marked(KERNELS, text)
 
 
+def at_most(value: float, bound: float) -> str:
+    """A rounding-level value as a bound that holds on any CPU ("≤ 1e-13"); its digits depend on the
+    float kernels, the bound does not. Above the bound, the value itself: that is a finding."""
+    if value <= bound:
+        return f"≤ {bound:.0e}"
+    return f"{value:.1e}, MORE than the {bound:.0e} of rounding"
+
+
 def holds(margins) -> int:
     """At how many seeds a claim holds, given its margin at each (> 0 where it holds, < 0 where it
     fails)."""
