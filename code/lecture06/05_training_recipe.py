@@ -569,7 +569,7 @@ def part5_seeds(args) -> list[int]:
 def part5_runs(args) -> tuple:
     """The runs show_checkpoint_averaging will ask for, so that common.main can start them before
     part 1."""
-    return city_train.run, averaging_runs(part5_seeds(args))
+    return city_train.planned(averaging_runs(part5_seeds(args)))
 
 
 def show_checkpoint_averaging(args):
