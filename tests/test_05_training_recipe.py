@@ -8,6 +8,7 @@ import pytest
 from conftest import load_script
 
 import city_lab
+import common
 import transformer
 from threads import torch_threads
 
@@ -181,8 +182,9 @@ def test_adam_first_step_is_lr_times_sign():
     np.testing.assert_array_equal(r["rows"]["sgd"], g)   # SGD's step spans the 9 orders of magnitude
 
 
-# ---- Part 5 · §7.6 checkpoint averaging (S7.6-b): the script's setup on 3 seeds, constant-lr runs only --------
-SEEDS = (0, 1, 2)
+# ---- Part 5 · §7.6 checkpoint averaging (S7.6-b) ---------------------------------------------------------------
+# The script's setup on 3 seeds for what every run must show (make test), on 10 seeds for the claims (make seeds)
+SEEDS, CLAIM_SEEDS = (0, 1, 2), tuple(range(10))
 
 
 @pytest.fixture(scope="module")
@@ -190,29 +192,41 @@ def averaging():
     return m.checkpoint_averaging(seeds=SEEDS)
 
 
-def test_averaging_the_last_checkpoints_beats_the_last_on_every_seed(averaging):
-    """Margins: on these seeds averaging the last 5 wins by 11-24 mnat/token and other float kernels
-    (ATEN_CPU_CAPABILITY=default) move these excesses by 2 at most."""
+@pytest.fixture(scope="module")
+def averaging_over_seeds():
+    return m.checkpoint_averaging(seeds=CLAIM_SEEDS)
+
+
+def test_every_run_averages_its_own_checkpoints(averaging):
     r = averaging
     assert r["seeds"] == list(SEEDS) and [s for s, _ in r["checkpoints"]] == list(range(50, 401, 50))
     assert r["last"] == r["checkpoints"][-1][1] == r["runs"][0]["last"]
-    for run in r["runs"]:
-        last, averaged = run["last"], run["averaged"]
-        assert sorted(averaged) == [2, 3, 4, 5, 8]
-        assert averaged[5] < last - 5                                   # S7.6-b, the paper's last 5
-        assert max(averaged[k] for k in (2, 3, 4)) < last - 5
-        assert averaged[8] > averaged[5] + 10                           # early checkpoints drag the average back
     rows = {row["k"] or row["name"]: row for row in r["rows"]}
-    assert rows[5]["beats_last"] == len(SEEDS) and rows[8]["beats_last"] == 0
-    assert rows[5]["vs_last_spread"][2] < -5                            # the smallest win
+    for run, vs_last in zip(r["runs"], rows[5]["vs_last"]):
+        assert sorted(run["averaged"]) == [2, 3, 4, 5, 8]
+        assert vs_last == run["averaged"][5] - run["last"]
 
 
-def test_averaging_the_last_checkpoints_gains_about_what_decaying_the_lr_gains_on_every_seed(averaging):
-    """§7.6: averaging the last 5 checkpoints is "about as good as decaying the lr": both beat the last
-    checkpoint, and neither gain is more than 3 times the other (seeds 0-2: 1.5-2.2 times)."""
-    rows = {row["k"] or row["name"]: row for row in averaging["rows"]}
-    assert rows["decayed"]["beats_last"] == rows[5]["beats_last"] == len(SEEDS)
-    assert all(1 / 3 < ratio < 3 for ratio in m.averaging_vs_decay(averaging))
+@pytest.mark.seeds
+def test_averaging_the_last_five_checkpoints_beats_the_last_at_most_seeds(averaging_over_seeds):
+    """Measured 10 of 10 (margins 2-24 mnat/token; other kernels move an excess by a few): asserted at >= 8 of 10,
+    which a true rate of 0.95 fails with 1% chance. Averaging all 8 drags in the poor early checkpoints: it beat
+    the last at 1 of 10, asserted at <= 4 (0.16% at a true rate of 0.1)."""
+    claims = m.averaging_claims(averaging_over_seeds)
+    assert common.holds(claims[5]) >= 8                                       # S7.6-b, the paper's last 5
+    assert common.holds(claims[8]) <= 4
+
+
+@pytest.mark.seeds
+def test_averaging_gains_about_what_decaying_the_lr_gains_at_most_seeds(averaging_over_seeds):
+    """§7.6: averaging the last 5 checkpoints is "about as good as decaying the lr". Measured: decaying beats the
+    last checkpoint at 9 of 10 (asserted >= 6: 0.16% at a true 0.9), and the two gains are within a factor of 2
+    of each other at 8 of 10 (asserted >= 5: 3.3% at a true 0.8, 0.6% at 0.85)."""
+    claims = m.averaging_claims(averaging_over_seeds)
+    assert common.holds(claims["decayed"]) >= 6
+    assert common.holds(claims["about as much"]) >= 5
+    ratios = m.averaging_vs_decay(averaging_over_seeds)
+    assert 0.5 < float(np.median(ratios)) < 2
 
 
 def test_checkpoint_averaging_bookkeeping():
