@@ -1,7 +1,7 @@
 """Script 07 (notes §9.3, §2.4, exercise 12): every claim of the notes it serves.
 
-Every training claim is asserted at seeds 0, 1, 2 (the script's default run measures the first two), on the same models
-(Transformers trained STEPS Adam steps; runner.py keeps them, so the whole file trains six). Margins are asserted well above what other float kernels change: OPENBLAS_CORETYPE=
+What every trained model must show is asserted at seeds 0, 1, 2 (make test); the count of "then 'but'" over seeds 0-9
+(make seeds). Transformers trained STEPS Adam steps; runner.py keeps them, so each is trained once per process. Margins are asserted well above what other float kernels change: OPENBLAS_CORETYPE=
 Sandybridge against Haswell moves a trained model's logits by up to 1e-4 and its attention by 1e-5.
 """
 import numpy as np
@@ -11,7 +11,7 @@ import common
 
 from conftest import load_script
 
-SEEDS = (0, 1, 2)   # the default run's seeds; none was chosen to pass
+SEEDS = (0, 1, 2)   # Part 2's seeds in the default run; none was chosen to pass
 
 
 @pytest.fixture(scope="module")
@@ -73,11 +73,22 @@ def test_attention_most_on_position_8_S9_3_d(sentiment, attention):
     assert min(attention["claims"]["correct"]) > 1.0
 
 
-def test_but_second_is_counted_not_chosen(sentiment, attention):
-    # the notes' "then 'but'" holds at seed 0 (as in the notes) but not at every seed: it is counted
-    margins = attention["claims"]["but_second"]
-    assert margins[0] > 0.05
-    assert common.holds(margins) == sum(r["order"][1] == 4 for r in attention["per_seed"])
+@pytest.fixture(scope="module")
+def attention_over_ten(sentiment):
+    return sentiment.attention_over_seeds(tuple(range(10)), sentiment.STEPS)
+
+
+@pytest.mark.seeds
+def test_position_8_gets_the_most_attention_and_but_the_second_at_only_some_seeds(sentiment, attention_over_ten):
+    """Measured over seeds 0-9: position 8 first at 10 of 10 (asserted >= 8: 1% at a true rate of 0.95), the
+    prediction right at 10 of 10 (the same), "then 'but'" (the notes) at 5 of 10: it depends on the seed, so it is
+    asserted at 1 to 9 of 10 (a true rate of 0.5 gives 0 or 10 with 0.2% chance), and seed 0 is one of them, as in
+    the notes, by more than float kernels move the weights."""
+    claims = attention_over_ten["claims"]
+    assert common.holds(claims["most_on_deciding"]) >= 8 and common.holds(claims["correct"]) >= 8
+    k = common.holds(claims["but_second"])
+    assert 1 <= k <= 9 and common.verdict(k, 10) != "holds"
+    assert claims["but_second"][0] > 0.05
 
 
 def test_margins_of_a_claim(sentiment):
