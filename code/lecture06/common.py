@@ -285,7 +285,8 @@ def main(doc: str, parts: dict, argv=None, uses_torch: bool = True, seeds: int |
     seeds: see parse_args.
     train_ahead: {part number: runs(args) -> (fn, [run, ...])}, the runs that part will ask
     runner.map for: they start now, before part 1, and train while the parts before it compute
-    (runner.py). Only faster: without it every line printed is the same.
+    (runner.py). Only faster: without it every line printed is the same; a run it names that no
+    part asks for is named on stderr when the parts are done.
     """
     args = parse_args(doc, parts.keys(), argv, seeds)
     if argv is not None:   # called from Python (a test): errors propagate as they are
@@ -320,3 +321,4 @@ def _run_parts(doc: str, parts: dict, args, uses_torch: bool, train_ahead: dict 
             # each part starts from the same state, whether run alone or not
             seed_everything(args.seed, uses_torch)
             parts[number](args)
+    runner.report_runs_never_asked_for()
