@@ -103,7 +103,7 @@ _changed = threading.Condition(_lock)
 _results = {}                     # key -> result (or _Failure)
 _queue = collections.deque()      # (key, target, run) that no process has taken yet
 _taken = {}                       # key -> (key, target, run) that a worker is computing
-_ahead = {}                       # key -> description: started by `start`, not asked for by `map` yet
+_ahead = {}                       # key -> description: started by `start`, not yet asked for
 _pool = None
 _pool_size = 0
 
