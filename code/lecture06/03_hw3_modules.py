@@ -624,9 +624,21 @@ def show_generation(g: dict):
 
 
 def show_encoder_decoder(args):
-    r = encoder_decoder_parameters()
     common.header(6, "§3.3, §6.1-§6.2", "The paper's encoder-decoder: parameters, shapes, parity "
                                         "with torch.nn.Transformer")
+    print_encoder_decoder_parameters(encoder_decoder_parameters())
+    print()
+    print_encoder_decoder_shapes(encoder_decoder_shapes(seed=args.seed))
+    parity_size = dict(B=3, S_src=5, S_tgt=7, D=16, h=4, n_layers=2, n_vocab=11)
+    results = torch_nn_parity(**parity_size, seed=args.seed)
+    print()
+    print_torch_nn_parity(results, parity_size)
+    print()
+    show_generation(encoder_decoder_generation(**GENERATION_SIZE, seed=args.seed))
+
+
+def print_encoder_decoder_parameters(r: dict):
+    """The base model's parameters by module, by formula and counted, and against 02 part 5's."""
     common.note(f"transformer.EncoderDecoder built at the paper's base size (d = {r['d']}, d_ff = "
                 f"{r['d_ff']}, h = {r['n_head']}, {r['n_layers']} + {r['n_layers']} layers, "
                 f"Post-LN, V = {r['n_vocab']:,}); parameters counted from its modules:")
@@ -640,8 +652,10 @@ def show_encoder_decoder(args):
                 f"{r['tables']} V × d table, used as source embedding, target embedding and output "
                 f"layer.")
 
-    s = encoder_decoder_shapes(seed=args.seed)
-    print()
+
+def print_encoder_decoder_shapes(s: dict):
+    """Every step's shape through one encoder and one decoder layer, and where the two attentions
+    may look."""
     common.note(f"One encoder layer and one decoder layer, B = {s['B']}, S_src = {s['S_src']}, "
                 f"S_tgt = {s['S_tgt']}, D = {s['D']}, h = {s['h']} (Dh = {s['D'] // s['h']}), d_ff "
                 f"= {s['d_ff']}, V = {s['n_vocab']}; source row 1 padded at its last "
@@ -653,26 +667,24 @@ def show_encoder_decoder(args):
                 f"position at most {s['cross_padded_max']:.1f}; every other entry > 0 (smallest "
                 f"{s['cross_visible_min']:.2g}): no causal mask, the whole source is visible.")
 
-    parity_size = dict(B=3, S_src=5, S_tgt=7, D=16, h=4, n_layers=2, n_vocab=11)
-    results = torch_nn_parity(**parity_size, seed=args.seed)
-    print()
-    size = parity_size
+
+def print_torch_nn_parity(results: list, size: dict):
+    """torch_nn_parity's Post-LN and Pre-LN rows: logits and gradients against torch.nn.Transformer,
+    and the final norms torch adds."""
     common.note(f"Against PyTorch's own torch.nn.Transformer at a small size, d = {size['D']}, h = "
                 f"{size['h']}, {size['n_layers']} + {size['n_layers']} layers, V = "
                 f"{size['n_vocab']}, B = {size['B']}, S_src = {size['S_src']}, S_tgt = "
                 f"{size['S_tgt']}\n(the same weights copied in; float64, no dropout, padded source "
                 f"and target):")
-    # the digits of rounding-level differences, and which parameter holds the largest, depend on the
-    # CPU's
-    # kernels (torch.nn's fused paths round differently from its generic ones): marked; the bound is
-    # not
+    # the digits of rounding-level differences, and which parameter holds the largest, depend on
+    # the CPU's kernels (torch.nn's fused paths round differently from its generic ones): marked;
+    # the bound is not
     common.table([[p["placement"], "yes" if p["final_norms"] else "no", f"{p['n_params']:,}",
-                   p["n_tensors"],
-                   f"{p['output_diff']:.1e}", f"{p['max_grad_diff']:.1e}"] for p in results],
+                   p["n_tensors"], f"{p['output_diff']:.1e}", f"{p['max_grad_diff']:.1e}"]
+                  for p in results],
                  headers=["LayerNorm", "final norms", "parameters", "parameter tensors",
-                          "max |Δ logits|",
-                          "max |Δ gradient| (every "
-                          "parameter)"], disable_numparse=True, kernel_dependent=True)
+                          "max |Δ logits|", "max |Δ gradient| (every parameter)"],
+                 disable_numparse=True, kernel_dependent=True)
     common.kernel_note("largest gradient difference in: "
                        + ", ".join(f"{p['placement']}: {p['worst']}" for p in results))
     overall = max(max(p["output_diff"], p["max_grad_diff"]) for p in results)
@@ -687,8 +699,6 @@ def show_encoder_decoder(args):
                 f"torch.nn.Transformer builds those two final norms\neven for Post-LN, where the "
                 f"paper has none; the reference passes its own encoder and decoder without them "
                 f"(torch_ref.TorchNNEncoderDecoder).")
-    print()
-    show_generation(encoder_decoder_generation(**GENERATION_SIZE, seed=args.seed))
 
 
 # ---- Part 7 · §8.4 continued, beyond the notes: what fusion buys ---------------------------
