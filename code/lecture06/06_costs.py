@@ -426,6 +426,14 @@ def show_activation_memory(args, p_dropout: float = 0.1):
                           f"dropout {p_dropout:g}: floats saved", "18·S·d + 3·h·S² + 4·S",
                           "equal (dropout)", "storages (dropout)"],
                  disable_numparse=True)
+    print_saved_storages(r, rd, p_dropout)
+    print_llama_activations()
+    draw_activation_memory(r, args.figures)
+
+
+def print_saved_storages(r: dict, rd: dict, p_dropout: float):
+    """What the storages are at S = 128, what dropout adds, and the fits of both."""
+    d, h = r["d"], r["h"]
     x = next(x for x in r["rows"] if x["S"] == 128)  # S·d, 4·S·d, h·S² and S all differ here
     y = next(y for y in rd["rows"] if y["S"] == 128)
     S = x["S"]
@@ -450,6 +458,10 @@ def show_activation_memory(args, p_dropout: float = 0.1):
     big = r["rows"][-1]["S"]
     print(f"With dropout the h·S² part is {rd['b'] / r['b']:.0f}× larger, and at S = {big} the "
           f"layer keeps {rd['rows'][-1]['floats'] / r['rows'][-1]['floats']:.2f}× the memory.\n")
+
+
+def print_llama_activations():
+    """activation_examples: one LLaMA-7B layer's S × d and h × S × S tensors at several S."""
     examples = activation_examples()
     common.table([[e["S"], f"{e['one_sd'] / MIB:.0f} MiB", f"{e['one_hss'] / GIB:.1f} GiB",
                    f"{e['sd_part'] / MIB:.0f} MiB", f"{e['hss_part'] / GIB:.1f} GiB",
@@ -459,7 +471,6 @@ def show_activation_memory(args, p_dropout: float = 0.1):
                           "h × S × S",
                           "equal at S = 16d/h"], disable_numparse=True)
     print("(S = 4096 is exercise 10)")
-    draw_activation_memory(r, args.figures)
 
 
 @common.draws_figure
@@ -632,7 +643,7 @@ def flash_memory(seq_lens=(16, 32, 64, 128, 256, 512), n_embd: int = 64, n_head:
 def show_flash_memory(args):
     seq_lens = (16, 32, 64, 128, 256) if args.quick else (16, 32, 64, 128, 256, 512)
     r = flash_memory(seq_lens)
-    d, h, rows, fits = r["d"], r["h"], r["rows"], r["fits"]
+    d, h, rows = r["d"], r["h"], r["rows"]
     common.header(6, "§8.3 continued, beyond the notes:",
                   f"the flash core and the activations a layer saves (d = {d}, h = {h}, "
                   f"p_dropout 0)")
@@ -655,6 +666,14 @@ def show_flash_memory(args):
     exact = all((x["fused"]["floats"], x["fused + flash"]["floats"], x["torch_sdpa_layer"])
                 == formulas(x["S"]) for x in rows)
     recompute = all(extra_flops(x) == 2 * x["S"] ** 2 * d for x in rows)
+    print_flash_fits(r, exact)
+    print_flash_price(r, recompute)
+    draw_flash_memory(r, args.figures)
+
+
+def print_flash_fits(r: dict, exact: bool):
+    """Whether every count follows its formula, and each path's fit a·S·d + b·h·S²."""
+    d, h, fits = r["d"], r["h"], r["fits"]
     print(f"(elements saved for backward, parameters left out: tensor.py's accounting for its "
           f"float64 layer, saved_tensors_hooks\nfor torch's float32 one. Every formula "
           f"{'holds exactly' if exact else 'does NOT hold'}: the fused layer saves what part 4's "
@@ -668,7 +687,12 @@ def show_flash_memory(args):
                  if fit["b"] > 1e-6 else "no h·S² part, so no crossover")
         print(f"fit floats ≈ a·S·d + b·h·S², {label:16}: a = {fit['a']:.4f}, "
               f"b = {fit['b']:.4f}; {where}")
-    x = rows[-1]
+
+
+def print_flash_price(r: dict, recompute: bool):
+    """What torch's SDPA and tensor.py's flash core keep, what the flash backward pays, and what it
+    saves at LLaMA-7B's size."""
+    d, h, x = r["d"], r["h"], r["rows"][-1]
     shapes = " and ".join(str(s) for s in x["torch_sdpa_shapes"])
     print(f"torch's scaled_dot_product_attention alone (CPU, float32, causal) saves "
           f"{x['torch_sdpa_core']:,} floats at S = {x['S']}\n= 4·S·d + h·S = "
@@ -683,7 +707,6 @@ def show_flash_memory(args):
           f"({llama_h * S * S * 2 / GIB:.1f} GiB) gives way to a float32 logsumexp\nof "
           f"{llama_h * S * 4 / MIB:.0f} MiB, beside 16 × S × d = {16 * S * llama_d * 2 / MIB:,.0f} "
           f"MiB: part 4's crossover at S = 16d/h is gone.")
-    draw_flash_memory(r, args.figures)
 
 
 @common.draws_figure
