@@ -73,7 +73,8 @@ def show_stable_loss(args):
                   enumerate(zip(r["logits"], r["softmax"], r["onehot"], r["grad"]))],
                  headers=["class", "z", "softmax(z)", "onehot(y)", "∂loss/∂z (autodiff)"],
                  floatfmt=".6f")
-    print(f"max |autodiff gradient − (softmax − onehot)| {at_most(r['max_grad_diff'], ROUNDING)}")
+    common.note("max |autodiff gradient − (softmax − onehot)| "
+                f"{at_most(r['max_grad_diff'], ROUNDING)}")
 
 
 # ---- Part 2 · §7.2 inverted dropout --------------------------------------------------------------
@@ -103,8 +104,9 @@ def show_dropout(args):
                   ["eval mode: max |output − input|", f"{r['eval_max_change']:.1f}",
                    "identity" + (" (returns its input)" if r["eval_is_identity"] else "")]],
                  headers=["train mode", "ours", "expected"], disable_numparse=True)
-    print(f"|mean − kept/(1 − p)| {at_most(abs(r['mean'] - r['kept_over_keep_prob']), ROUNDING)}: "
-          f"the mean is the kept fraction rescaled, so E[output] = input")
+    common.note("|mean − kept/(1 − p)| "
+                f"{at_most(abs(r['mean'] - r['kept_over_keep_prob']), ROUNDING)}: the mean is the "
+                "kept fraction rescaled, so E[output] = input")
 
 
 # ---- Part 3 · §3.2 shapes and strides in multi-head attention ------------------------------------
@@ -192,16 +194,17 @@ def show_head_shapes(args):
                   for s in r["rows"]],
                  headers=["step", "what", "shape", "strides (elements)", "contiguous", "storage"],
                  disable_numparse=True)
-    print(f"\n(B, S, h, Dh).view(B, S, D) straight after the permute, as HW3 students first write "
-          f"it:\n  RuntimeError: {r['view_error']}")
+    common.note("\n(B, S, h, Dh).view(B, S, D) straight after the permute, as HW3 students first "
+                f"write it:\n  RuntimeError: {r['view_error']}")
     ops = r["layout_ops"]
-    print(f"one forward makes {ops['view']} views and {ops['permute']} permutes (no copies) "
-          f"and {ops['contiguous']} contiguous() (the one copy)")
+    common.note(f"one forward makes {ops['view']} views and {ops['permute']} permutes (no copies) "
+                f"and {ops['contiguous']} contiguous() (the one copy)")
     ex = head_shapes(B=4, S=10, D=64, h=8, seed=args.seed)  # exercise 3 of the notes
     shapes = {s["code"]: s["shape"] for s in ex["rows"]}
-    print(f"exercise 3 (B = 4, S = 10, D = 64, h = 8): q {shapes['.permute(0, 2, 1, 3) = q']}, "
-          f"kT {shapes['kT']}, scores {shapes['q @ kT (scores)']}, output {shapes['weights @ v']} "
-          f"→ {shapes['.view(B, S, D)']}")
+    common.note("exercise 3 (B = 4, S = 10, D = 64, h = 8): q "
+                f"{shapes['.permute(0, 2, 1, 3) = q']}, kT {shapes['kT']}, scores "
+                f"{shapes['q @ kT (scores)']}, output {shapes['weights @ v']} → "
+                f"{shapes['.view(B, S, D)']}")
     print()
     rows = heads_cost(B, S, D, seed=args.seed)
     common.table([[c["h"], c["Dh"], f"{c['params']:,}", f"{c['params_formula']:,}", c["matmuls"],
@@ -212,9 +215,9 @@ def show_head_shapes(args):
     counted = ", ".join(f"{'the same' if same[key] else 'NOT the same'} {what}"
                         for key, what in (("params", "parameters"), ("flops", "matmul FLOPs"),
                                           ("matmuls", "number of matmul calls")))
-    print(f"h = {', '.join(str(c['h']) for c in rows)}: {counted}; more heads only cut each of the "
-          f"two attention matmuls\n(q @ kT, weights @ v) into B·h smaller ones of size S × Dh, "
-          f"batched in one call")
+    common.note(f"h = {', '.join(str(c['h']) for c in rows)}: {counted}; more heads only cut each "
+                "of the two attention matmuls\n(q @ kT, weights @ v) into B·h smaller ones of "
+                "size S × Dh, batched in one call")
 
 
 # ---- Part 4 · §9.2 parity with the PyTorch twin --------------------------------------------------
@@ -274,8 +277,8 @@ def show_parity(args):
                           "max |Δ gradient| (all parameters + input)"], disable_numparse=True,
                  kernel_dependent=True)
     overall = max(max(r["output_diff"], r["max_grad_diff"]) for r in results)
-    print(f"largest difference anywhere {at_most(overall, PARITY_BOUND)} (float64 rounding; notes: "
-          f"3.6e-15); not a line of backward written by hand")
+    common.note(f"largest difference anywhere {at_most(overall, PARITY_BOUND)} (float64 rounding; "
+                "notes: 3.6e-15); not a line of backward written by hand")
     # which tensor holds the largest of many rounding-level differences depends on the CPU's kernels
     common.kernel_note("largest gradient difference in: "
                        + ", ".join(f"{r['module']}: {r['worst']}" for r in results))
@@ -340,19 +343,19 @@ def show_op_counts(args):
     layout = {kind: layer[kind] for kind in LAYOUT}
     strides_only = sum(layer[kind] for kind in LAYOUT_ONLY)
     elementwise = total - matmuls - sum(layout.values())
-    print(f"\nPre-LN layer: {total} primitive calls = {matmuls} matmuls + {total - matmuls} others "
-          f"(notes: 68 = 8 matmuls + 60 elementwise ops and reductions);\nof our {total - matmuls} "
-          f"others, {elementwise} are elementwise ops and reductions and {sum(layout.values())} "
-          f"rearrange the layout ("
-          + ", ".join(f"{n} {kind}" for kind, n in layout.items())
-          + f"). In train mode {sum(train.values())} "
-          f"calls (+{train['mul'] - layer['mul']} dropout multiplies).")
+    common.note(f"\nPre-LN layer: {total} primitive calls = {matmuls} matmuls + {total - matmuls} "
+                "others (notes: 68 = 8 matmuls + 60 elementwise ops and reductions);\nof our "
+                f"{total - matmuls} others, {elementwise} are elementwise ops and reductions and "
+                f"{sum(layout.values())} rearrange the layout ("
+                + ", ".join(f"{n} {kind}" for kind, n in layout.items())
+                + f"). In train mode {sum(train.values())} "
+                f"calls (+{train['mul'] - layer['mul']} dropout multiplies).")
     softmax_calls = sum(r["functions"]["softmax"].values())
-    print(f"The {strides_only} view/permute calls only change strides (no kernel on a GPU): "
-          f"{total - strides_only} of the {total} calls touch memory\n({matmuls} matmuls, "
-          f"{elementwise} elementwise ops and reductions, {layout['contiguous']} contiguous copy). "
-          f"tensor.py has no rsqrt, so 1/√v is log, mul, exp; softmax alone is {softmax_calls} "
-          f"calls.")
+    common.note(f"The {strides_only} view/permute calls only change strides (no kernel on a GPU): "
+                f"{total - strides_only} of the {total} calls touch memory\n({matmuls} matmuls, "
+                f"{elementwise} elementwise ops and reductions, {layout['contiguous']} contiguous "
+                "copy). tensor.py has no rsqrt, so 1/√v is log, mul, exp; softmax alone is "
+                f"{softmax_calls} calls.")
     draw_op_counts(r["modules"], args.figures)
 
 
@@ -840,9 +843,9 @@ def show_fusion(args):
         common.timing(f"d = {small['d']}, h = {small['h']}, S = {small['S']}, forward + backward "
                       f"on this CPU, {path:13}: {1e3 * times[path]:6.1f} ms "
                       f"({times['composed'] / times[path]:.2f}× the composed speed)")
-    print("(numpy runs each fused primitive as a few whole-array passes of its own, so on this CPU "
-          "fusion saves Python calls\nmore than memory traffic; on a GPU each launch costs "
-          "microseconds and each pass a round trip through global memory)")
+    common.note("(numpy runs each fused primitive as a few whole-array passes of its own, so on "
+                "this CPU fusion saves Python calls\nmore than memory traffic; on a GPU each "
+                "launch costs microseconds and each pass a round trip through global memory)")
     draw_fusion(rows, big, args.figures)
 
 

@@ -218,7 +218,8 @@ def show_parity(args):
     common.kernel_note(f"max difference over {len(rows)} steps: {r['max_difference']:.1e}   "
                        "(notes: 2.2e-16)")
     agree = sum(abs(a - b) <= 1e-14 for _, a, b, _ in rows)
-    print(f"the two losses agree to float64 rounding (≤ 1e-14) at {agree} of {len(rows)} steps")
+    common.note(f"the two losses agree to float64 rounding (≤ 1e-14) at {agree} of {len(rows)} "
+                "steps")
 
 
 # ---- Part 2 ----------------------------------------------------------------------------------
@@ -321,14 +322,14 @@ def show_accuracy(args):
                 + [_difference([v["pair_difference"] for v in results])])
 
     common.header(2, "§9.3", "Lecture 5's test set: accuracy by sentence kind")
-    print(f"seed {seeds[0]}, the Transformers after {steps} Adam steps:")
+    common.note(f"seed {seeds[0]}, the Transformers after {steps} Adam steps:")
     common.table([row("bag-of-words", [r["bag-of-words"]])]
                  + [row(name, r[name][:1]) for name in MODELS],
                  headers, disable_numparse=True)
     if len(seeds) > 1:
-        print(f"\nlowest-highest over {len(seeds)} seeds ({', '.join(map(str, seeds))}) "
-              "(bag-of-words has no randomness:\nfull-batch gradient descent from zero weights, "
-              "the same model at every seed):")
+        common.note(f"\nlowest-highest over {len(seeds)} seeds ({', '.join(map(str, seeds))}) "
+                    "(bag-of-words has no randomness:\nfull-batch gradient descent from zero "
+                    "weights, the same model at every seed):")
         common.table([row(name, r[name]) for name in MODELS], headers, disable_numparse=True)
     print()
     c = r["claims"]
@@ -339,10 +340,11 @@ def show_accuracy(args):
     common.count_line("with learned positions, contrast all correct", c["positions_contrast"],
                       TIPPING)
     blind_contrast = _percent([v["contrast"] for v in r["Transformer, no positions"]])
-    print("A contrast pair has the same words in another order: without positions both sentences "
-          "get the same\nscores (to rounding), so one of the two is right and the other wrong: "
-          f"contrast {blind_contrast} without positions.\nBag-of-words gives \"not\" one weight "
-          "whatever it negates; trained mostly on plain reviews, it reads \"not bad\" as \"bad\".")
+    common.note("A contrast pair has the same words in another order: without positions both "
+                "sentences get the same\nscores (to rounding), so one of the two is right and the "
+                f"other wrong: contrast {blind_contrast} without positions.\nBag-of-words gives "
+                "\"not\" one weight whatever it negates; trained mostly on plain reviews, it "
+                "reads \"not bad\" as \"bad\".")
     draw_accuracy(r, args.figures)
 
 
@@ -434,7 +436,7 @@ def show_attention(args):
     r = s["per_seed"][0]
     common.header(3, "§9.3",
                   f"What the model with positions attends to in \"{reviews.NOTES_SENTENCE}\"")
-    print(f"seed {seeds[0]}, after {steps} Adam steps:")
+    common.note(f"seed {seeds[0]}, after {steps} Adam steps:")
     rows = [(i, w, r["received"][i], *(r["weights"][:, :, i].mean(axis=1)))
             for i, w in enumerate(r["words"])]
     heads = [f"head {h}" for h in range(r["weights"].shape[0])]
@@ -451,7 +453,7 @@ def show_attention(args):
         return f"{rank}{ {1: 'st', 2: 'nd', 3: 'rd'}.get(rank, 'th')} ({result['received'][i]:.3f})"
 
     if len(seeds) > 1:
-        print(f"\nat each of {len(seeds)} seeds:")
+        common.note(f"\nat each of {len(seeds)} seeds:")
         # the headers are wider than any cell, so that the unmarked header lines keep their width on
         # any CPU
         common.table([[result["seed"], ranked(result, 0), ranked(result, 1), ranked(result, 2),

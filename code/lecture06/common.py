@@ -10,10 +10,11 @@ to the command line:
     if __name__ == "__main__":
         common.main(__doc__, PARTS)
 
-Conventions: each part prints a header naming its section of the notes, then tables. A line that
-reports wall-clock time starts with ⏱ and is the only kind of line allowed to differ between two
-runs with the same seed. A line whose digits depend on the CPU's floating-point kernels (float32
-training, chaotic runs) carries ⚙; every other line prints identically on any CPU.
+Conventions: each part prints a header naming its section of the notes, then tables and prose
+(`note`; `kernel_note` and `timing` for the marked lines below). A line that reports wall-clock
+time starts with ⏱ and is the only kind of line allowed to differ between two runs with the same
+seed. A line whose digits depend on the CPU's floating-point kernels (float32 training, chaotic
+runs) carries ⚙; every other line prints identically on any CPU.
 """
 from __future__ import annotations
 
@@ -85,6 +86,8 @@ def table(rows, headers=(), floatfmt="g", kernel_dependent: bool = False, **kwar
 
 
 def note(text: str):
+    """Prose between the tables, the one way a script prints it: unmarked lines, which print alike
+    on any CPU (kernel_note's ⚙ lines and timing's ⏱ lines are the other two kinds)."""
     print(text)
 
 
