@@ -36,8 +36,19 @@ def _quick_argv(path: str, seed: int, part: int | None) -> list[str]:
     return [path, "--quick", "--no-figures", "--seed", str(seed)] + ([] if part is None else ["--part", str(part)])
 
 
+# runner.report_runs_never_asked_for's words: a script whose train_ahead drifted from its part
+NEVER_ASKED_FOR = "started ahead but never asked for"
+
+
 def _failed(path: str, code: int, stderr: str) -> RuntimeError:
     return RuntimeError(f"{os.path.basename(path)} failed (exit {code}):\n{stderr[-3000:]}")
+
+
+def _check_runs_ahead(path: str, stderr: str):
+    """A quick run whose train_ahead starts runs its parts never ask for prints the same output,
+    only without the overlap it was declared for: that fails here."""
+    if NEVER_ASKED_FOR in stderr:
+        raise RuntimeError(f"{os.path.basename(path)}: {stderr.strip()[-3000:]}")
 
 
 def run_quick(path: str, seed: int = 0, env: dict | None = None, part: int | None = None) -> str:
@@ -47,6 +58,7 @@ def run_quick(path: str, seed: int = 0, env: dict | None = None, part: int | Non
                             cwd="/", timeout=TIMEOUT, env={**os.environ, **(env or {})})
     if result.returncode != 0:
         raise _failed(path, result.returncode, result.stderr)
+    _check_runs_ahead(path, result.stderr)
     return result.stdout
 
 
@@ -79,6 +91,7 @@ def run_quick_preloaded(path: str, env: dict, seed: int = 0) -> str:
             stdout, stderr = f_out.read(), f_err.read()
     if int(answer) != 0:
         raise _failed(path, int(answer), stderr)
+    _check_runs_ahead(path, stderr)
     return stdout
 
 

@@ -218,7 +218,8 @@ def test_checkpoint_averaging_bookkeeping():
     """Tiny runs: the rows pair every seed with its own last checkpoint, an average is the test excess of the
     averaged weights, and only the first seed is scored at every checkpoint, as training scores it."""
     import city_train
-    r = m.checkpoint_averaging(seeds=(3, 4), n_embd=16, n_head=2, steps=20, checkpoint_every=4, ks=(2, None))
+    r = m.checkpoint_averaging(seeds=(3, 4), model_size=dict(n_layers=1, n_embd=16, n_head=2),
+                               steps=20, checkpoint_every=4, ks=(2, None))
     assert [row["name"] for row in r["rows"]] == ["last", "average", "average", "decayed"]
     assert [row["k"] for row in r["rows"]] == [None, 2, 5, None]
     for row in r["rows"]:
@@ -317,14 +318,15 @@ def test_float64_copy_computes_what_the_float32_torch_model_computes():
         m.float64_copy(broken)
 
 
-def test_city_model_is_part_5s_constant_lr_run(averaging):
-    assert m.city_model(0).final_excess == averaging["last"]                   # the same run, bit for bit
+def test_part_6s_models_are_part_5s_constant_lr_runs(averaging):
+    [(seed, trained)] = m.constant_lr_models([0]).items()
+    assert seed == 0 and trained.final_excess == averaging["last"]   # the same run, bit for bit
 
 
 @pytest.fixture(scope="module")
 def generations():
     """Greedy and sampled text of part 6's model (400 steps) at 3 seeds, scored against the language."""
-    return m.generation_over_seeds((0, 1, 2))
+    return m.generation_over_seeds(m.constant_lr_models((0, 1, 2)))
 
 
 def test_greedy_text_has_fewer_forbidden_tokens_than_sampled_text_at_every_seed(generations):

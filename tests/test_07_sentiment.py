@@ -89,19 +89,35 @@ def test_margins_of_a_claim(sentiment):
 
 
 def test_a_worker_trains_the_same_bits(sentiment):
-    """Models trained in worker processes (and sent home pickled) equal the ones trained here, bit for bit."""
+    """Models trained in worker processes (sent home as arrays) equal the ones trained here, bit
+    for bit."""
     import runner
     runs = [dict(positions=True, seed=7, steps=3), dict(positions=False, seed=7, steps=3)]
     here = [sentiment.train_transformer(**run) for run in runs]
     there = runner.map(sentiment.train_transformer, runs, workers=2)
-    for (a, losses_a), (b, losses_b) in zip(here, there):
-        assert losses_a == losses_b
-        assert all(np.array_equal(p.data, q.data) for p, q in zip(a.parameters(), b.parameters()))
+    for a, b in zip(here, there):
+        assert a["losses"] == b["losses"]
+        assert list(a["parameters"]) == list(b["parameters"])
+        assert all(np.array_equal(a["parameters"][name], b["parameters"][name])
+                   for name in a["parameters"])
+
+
+def test_training_returns_plain_arrays_and_every_caller_loads_a_model_of_its_own(sentiment):
+    trained = sentiment.train_transformer(positions=True, seed=7, steps=2)
+    assert all(type(value) is np.ndarray for value in trained["parameters"].values())
+    first, second = (sentiment.load_transformer(True, trained["parameters"]) for _ in range(2))
+    assert not first.training
+    first.classifier.weights.data += 1.0
+    assert np.array_equal(second.classifier.weights.data,
+                          trained["parameters"]["classifier.weights"])
+    with pytest.raises(ValueError, match="load them with the positions they were trained with"):
+        sentiment.load_transformer(False, trained["parameters"])
 
 
 def test_bad_sentence_is_explained(sentiment):
+    untrained = sentiment.SentimentTransformer(positions=True).eval()
     with pytest.raises(ValueError, match="not words of the review vocabulary"):
-        sentiment.attention(sentence="the plot was superb")
+        sentiment.attention(untrained, sentence="the plot was superb")
 
 
 def test_run_prints_every_part_and_draws(sentiment, results, tmp_path, capsys):

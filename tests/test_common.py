@@ -64,14 +64,6 @@ def test_a_python_without_the_packages_is_told_what_to_run():
     assert "[--seeds N]" in helped.stdout and "lacks numpy" in helped.stdout
 
 
-@pytest.mark.parametrize("workers, expected", [("3", "3"), ("0", "at least 1"), ("two", "at least 1")])
-def test_lecture06_workers_sets_the_training_processes_or_is_refused_with_what_it_must_be(workers, expected):
-    done = subprocess.run([sys.executable, "-c", "import runner; print(runner.WORKERS)"], cwd=LECTURE06,
-                          capture_output=True, text=True, env={**os.environ, "LECTURE06_WORKERS": workers})
-    assert expected in (done.stdout if done.returncode == 0 else done.stderr)
-    assert (done.returncode == 0) == (workers == "3")
-
-
 def test_every_line_of_a_timing_or_kernel_dependent_note_is_marked(capsys):
     common.timing("first line\nsecond line")
     common.kernel_note("one\ntwo")

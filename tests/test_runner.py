@@ -6,10 +6,13 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
+import common
 import runner
 from conftest import LECTURE06
+from outputs import NEVER_ASKED_FOR
 
 
 def squared(x: int) -> list:
@@ -57,6 +60,42 @@ def test_a_run_that_raises_raises_in_the_caller(workers):
     runner.forget()
     with pytest.raises(ValueError, match="run 3 failed"):
         runner.map(fails_at, [dict(x=x, bad=3) for x in range(6)], workers=workers)
+
+
+@pytest.mark.parametrize("argument, what", [(object(), "object"), (np.int64(3), "int64")])
+def test_an_argument_that_cannot_be_a_key_is_refused_by_name(argument, what):
+    with pytest.raises(TypeError, match=f"squared\\(..., x=.*{what}.*Pass plain data"):
+        runner.map(squared, [dict(x=1), dict(x=argument)])
+
+
+@pytest.mark.parametrize("workers, expected",
+                         [("3", "3"), ("0", "at least 1"), ("two", "at least 1")])
+def test_lecture06_workers_is_read_when_runs_start_or_refused(workers, expected):
+    done = subprocess.run([sys.executable, "-c", "import runner; print('imported'); "
+                           "print(runner.workers_from_environment())"], cwd=LECTURE06,
+                          capture_output=True, text=True,
+                          env={**os.environ, "LECTURE06_WORKERS": workers})
+    assert done.stdout.startswith("imported")   # importing runner does not read it
+    assert expected in (done.stdout if done.returncode == 0 else done.stderr)
+    assert (done.returncode == 0) == (workers == "3")
+
+
+def test_runs_started_ahead_that_no_part_asks_for_are_named_in_one_line(capsys):
+    runner.forget()
+    asked, never = [dict(x=x) for x in range(3)], [dict(x=x) for x in (10, 11)]
+
+    def part(args):
+        print(runner.map(squared, asked))
+    common.main("a script", {1: part}, [], uses_torch=False,
+                train_ahead={1: lambda args: (squared, asked + never)})
+    captured = capsys.readouterr()
+    assert captured.out.splitlines()[-1] == "[[0], [1], [4]]"
+    [line] = captured.err.splitlines()
+    assert NEVER_ASKED_FOR in line and "2 runs" in line
+    assert "squared(x=10); squared(x=11)" in line and "x=2" not in line
+    common.main("a script", {1: part}, [], uses_torch=False,
+                train_ahead={1: lambda args: (squared, asked)})
+    assert capsys.readouterr().err == ""   # every run started ahead was asked for
 
 
 def _script(name: str, *args: str, **popen) -> subprocess.Popen:

@@ -73,7 +73,8 @@ def show_stable_loss(args):
                   enumerate(zip(r["logits"], r["softmax"], r["onehot"], r["grad"]))],
                  headers=["class", "z", "softmax(z)", "onehot(y)", "∂loss/∂z (autodiff)"],
                  floatfmt=".6f")
-    print(f"max |autodiff gradient − (softmax − onehot)| {at_most(r['max_grad_diff'], ROUNDING)}")
+    common.note("max |autodiff gradient − (softmax − onehot)| "
+                f"{at_most(r['max_grad_diff'], ROUNDING)}")
 
 
 # ---- Part 2 · §7.2 inverted dropout --------------------------------------------------------------
@@ -103,8 +104,9 @@ def show_dropout(args):
                   ["eval mode: max |output − input|", f"{r['eval_max_change']:.1f}",
                    "identity" + (" (returns its input)" if r["eval_is_identity"] else "")]],
                  headers=["train mode", "ours", "expected"], disable_numparse=True)
-    print(f"|mean − kept/(1 − p)| {at_most(abs(r['mean'] - r['kept_over_keep_prob']), ROUNDING)}: "
-          f"the mean is the kept fraction rescaled, so E[output] = input")
+    common.note("|mean − kept/(1 − p)| "
+                f"{at_most(abs(r['mean'] - r['kept_over_keep_prob']), ROUNDING)}: the mean is the "
+                "kept fraction rescaled, so E[output] = input")
 
 
 # ---- Part 3 · §3.2 shapes and strides in multi-head attention ------------------------------------
@@ -192,16 +194,17 @@ def show_head_shapes(args):
                   for s in r["rows"]],
                  headers=["step", "what", "shape", "strides (elements)", "contiguous", "storage"],
                  disable_numparse=True)
-    print(f"\n(B, S, h, Dh).view(B, S, D) straight after the permute, as HW3 students first write "
-          f"it:\n  RuntimeError: {r['view_error']}")
+    common.note("\n(B, S, h, Dh).view(B, S, D) straight after the permute, as HW3 students first "
+                f"write it:\n  RuntimeError: {r['view_error']}")
     ops = r["layout_ops"]
-    print(f"one forward makes {ops['view']} views and {ops['permute']} permutes (no copies) "
-          f"and {ops['contiguous']} contiguous() (the one copy)")
+    common.note(f"one forward makes {ops['view']} views and {ops['permute']} permutes (no copies) "
+                f"and {ops['contiguous']} contiguous() (the one copy)")
     ex = head_shapes(B=4, S=10, D=64, h=8, seed=args.seed)  # exercise 3 of the notes
     shapes = {s["code"]: s["shape"] for s in ex["rows"]}
-    print(f"exercise 3 (B = 4, S = 10, D = 64, h = 8): q {shapes['.permute(0, 2, 1, 3) = q']}, "
-          f"kT {shapes['kT']}, scores {shapes['q @ kT (scores)']}, output {shapes['weights @ v']} "
-          f"→ {shapes['.view(B, S, D)']}")
+    common.note("exercise 3 (B = 4, S = 10, D = 64, h = 8): q "
+                f"{shapes['.permute(0, 2, 1, 3) = q']}, kT {shapes['kT']}, scores "
+                f"{shapes['q @ kT (scores)']}, output {shapes['weights @ v']} → "
+                f"{shapes['.view(B, S, D)']}")
     print()
     rows = heads_cost(B, S, D, seed=args.seed)
     common.table([[c["h"], c["Dh"], f"{c['params']:,}", f"{c['params_formula']:,}", c["matmuls"],
@@ -212,9 +215,9 @@ def show_head_shapes(args):
     counted = ", ".join(f"{'the same' if same[key] else 'NOT the same'} {what}"
                         for key, what in (("params", "parameters"), ("flops", "matmul FLOPs"),
                                           ("matmuls", "number of matmul calls")))
-    print(f"h = {', '.join(str(c['h']) for c in rows)}: {counted}; more heads only cut each of the "
-          f"two attention matmuls\n(q @ kT, weights @ v) into B·h smaller ones of size S × Dh, "
-          f"batched in one call")
+    common.note(f"h = {', '.join(str(c['h']) for c in rows)}: {counted}; more heads only cut each "
+                "of the two attention matmuls\n(q @ kT, weights @ v) into B·h smaller ones of "
+                "size S × Dh, batched in one call")
 
 
 # ---- Part 4 · §9.2 parity with the PyTorch twin --------------------------------------------------
@@ -274,8 +277,8 @@ def show_parity(args):
                           "max |Δ gradient| (all parameters + input)"], disable_numparse=True,
                  kernel_dependent=True)
     overall = max(max(r["output_diff"], r["max_grad_diff"]) for r in results)
-    print(f"largest difference anywhere {at_most(overall, PARITY_BOUND)} (float64 rounding; notes: "
-          f"3.6e-15); not a line of backward written by hand")
+    common.note(f"largest difference anywhere {at_most(overall, PARITY_BOUND)} (float64 rounding; "
+                "notes: 3.6e-15); not a line of backward written by hand")
     # which tensor holds the largest of many rounding-level differences depends on the CPU's kernels
     common.kernel_note("largest gradient difference in: "
                        + ", ".join(f"{r['module']}: {r['worst']}" for r in results))
@@ -340,19 +343,19 @@ def show_op_counts(args):
     layout = {kind: layer[kind] for kind in LAYOUT}
     strides_only = sum(layer[kind] for kind in LAYOUT_ONLY)
     elementwise = total - matmuls - sum(layout.values())
-    print(f"\nPre-LN layer: {total} primitive calls = {matmuls} matmuls + {total - matmuls} others "
-          f"(notes: 68 = 8 matmuls + 60 elementwise ops and reductions);\nof our {total - matmuls} "
-          f"others, {elementwise} are elementwise ops and reductions and {sum(layout.values())} "
-          f"rearrange the layout ("
-          + ", ".join(f"{n} {kind}" for kind, n in layout.items())
-          + f"). In train mode {sum(train.values())} "
-          f"calls (+{train['mul'] - layer['mul']} dropout multiplies).")
+    common.note(f"\nPre-LN layer: {total} primitive calls = {matmuls} matmuls + {total - matmuls} "
+                "others (notes: 68 = 8 matmuls + 60 elementwise ops and reductions);\nof our "
+                f"{total - matmuls} others, {elementwise} are elementwise ops and reductions and "
+                f"{sum(layout.values())} rearrange the layout ("
+                + ", ".join(f"{n} {kind}" for kind, n in layout.items())
+                + f"). In train mode {sum(train.values())} "
+                f"calls (+{train['mul'] - layer['mul']} dropout multiplies).")
     softmax_calls = sum(r["functions"]["softmax"].values())
-    print(f"The {strides_only} view/permute calls only change strides (no kernel on a GPU): "
-          f"{total - strides_only} of the {total} calls touch memory\n({matmuls} matmuls, "
-          f"{elementwise} elementwise ops and reductions, {layout['contiguous']} contiguous copy). "
-          f"tensor.py has no rsqrt, so 1/√v is log, mul, exp; softmax alone is {softmax_calls} "
-          f"calls.")
+    common.note(f"The {strides_only} view/permute calls only change strides (no kernel on a GPU): "
+                f"{total - strides_only} of the {total} calls touch memory\n({matmuls} matmuls, "
+                f"{elementwise} elementwise ops and reductions, {layout['contiguous']} contiguous "
+                "copy). tensor.py has no rsqrt, so 1/√v is log, mul, exp; softmax alone is "
+                f"{softmax_calls} calls.")
     draw_op_counts(r["modules"], args.figures)
 
 
@@ -624,9 +627,21 @@ def show_generation(g: dict):
 
 
 def show_encoder_decoder(args):
-    r = encoder_decoder_parameters()
     common.header(6, "§3.3, §6.1-§6.2", "The paper's encoder-decoder: parameters, shapes, parity "
                                         "with torch.nn.Transformer")
+    print_encoder_decoder_parameters(encoder_decoder_parameters())
+    print()
+    print_encoder_decoder_shapes(encoder_decoder_shapes(seed=args.seed))
+    parity_size = dict(B=3, S_src=5, S_tgt=7, D=16, h=4, n_layers=2, n_vocab=11)
+    results = torch_nn_parity(**parity_size, seed=args.seed)
+    print()
+    print_torch_nn_parity(results, parity_size)
+    print()
+    show_generation(encoder_decoder_generation(**GENERATION_SIZE, seed=args.seed))
+
+
+def print_encoder_decoder_parameters(r: dict):
+    """The base model's parameters by module, by formula and counted, and against 02 part 5's."""
     common.note(f"transformer.EncoderDecoder built at the paper's base size (d = {r['d']}, d_ff = "
                 f"{r['d_ff']}, h = {r['n_head']}, {r['n_layers']} + {r['n_layers']} layers, "
                 f"Post-LN, V = {r['n_vocab']:,}); parameters counted from its modules:")
@@ -640,8 +655,10 @@ def show_encoder_decoder(args):
                 f"{r['tables']} V × d table, used as source embedding, target embedding and output "
                 f"layer.")
 
-    s = encoder_decoder_shapes(seed=args.seed)
-    print()
+
+def print_encoder_decoder_shapes(s: dict):
+    """Every step's shape through one encoder and one decoder layer, and where the two attentions
+    may look."""
     common.note(f"One encoder layer and one decoder layer, B = {s['B']}, S_src = {s['S_src']}, "
                 f"S_tgt = {s['S_tgt']}, D = {s['D']}, h = {s['h']} (Dh = {s['D'] // s['h']}), d_ff "
                 f"= {s['d_ff']}, V = {s['n_vocab']}; source row 1 padded at its last "
@@ -653,26 +670,24 @@ def show_encoder_decoder(args):
                 f"position at most {s['cross_padded_max']:.1f}; every other entry > 0 (smallest "
                 f"{s['cross_visible_min']:.2g}): no causal mask, the whole source is visible.")
 
-    parity_size = dict(B=3, S_src=5, S_tgt=7, D=16, h=4, n_layers=2, n_vocab=11)
-    results = torch_nn_parity(**parity_size, seed=args.seed)
-    print()
-    size = parity_size
+
+def print_torch_nn_parity(results: list, size: dict):
+    """torch_nn_parity's Post-LN and Pre-LN rows: logits and gradients against torch.nn.Transformer,
+    and the final norms torch adds."""
     common.note(f"Against PyTorch's own torch.nn.Transformer at a small size, d = {size['D']}, h = "
                 f"{size['h']}, {size['n_layers']} + {size['n_layers']} layers, V = "
                 f"{size['n_vocab']}, B = {size['B']}, S_src = {size['S_src']}, S_tgt = "
                 f"{size['S_tgt']}\n(the same weights copied in; float64, no dropout, padded source "
                 f"and target):")
-    # the digits of rounding-level differences, and which parameter holds the largest, depend on the
-    # CPU's
-    # kernels (torch.nn's fused paths round differently from its generic ones): marked; the bound is
-    # not
+    # the digits of rounding-level differences, and which parameter holds the largest, depend on
+    # the CPU's kernels (torch.nn's fused paths round differently from its generic ones): marked;
+    # the bound is not
     common.table([[p["placement"], "yes" if p["final_norms"] else "no", f"{p['n_params']:,}",
-                   p["n_tensors"],
-                   f"{p['output_diff']:.1e}", f"{p['max_grad_diff']:.1e}"] for p in results],
+                   p["n_tensors"], f"{p['output_diff']:.1e}", f"{p['max_grad_diff']:.1e}"]
+                  for p in results],
                  headers=["LayerNorm", "final norms", "parameters", "parameter tensors",
-                          "max |Δ logits|",
-                          "max |Δ gradient| (every "
-                          "parameter)"], disable_numparse=True, kernel_dependent=True)
+                          "max |Δ logits|", "max |Δ gradient| (every parameter)"],
+                 disable_numparse=True, kernel_dependent=True)
     common.kernel_note("largest gradient difference in: "
                        + ", ".join(f"{p['placement']}: {p['worst']}" for p in results))
     overall = max(max(p["output_diff"], p["max_grad_diff"]) for p in results)
@@ -687,8 +702,6 @@ def show_encoder_decoder(args):
                 f"torch.nn.Transformer builds those two final norms\neven for Post-LN, where the "
                 f"paper has none; the reference passes its own encoder and decoder without them "
                 f"(torch_ref.TorchNNEncoderDecoder).")
-    print()
-    show_generation(encoder_decoder_generation(**GENERATION_SIZE, seed=args.seed))
 
 
 # ---- Part 7 · §8.4 continued, beyond the notes: what fusion buys ---------------------------
@@ -830,9 +843,9 @@ def show_fusion(args):
         common.timing(f"d = {small['d']}, h = {small['h']}, S = {small['S']}, forward + backward "
                       f"on this CPU, {path:13}: {1e3 * times[path]:6.1f} ms "
                       f"({times['composed'] / times[path]:.2f}× the composed speed)")
-    print("(numpy runs each fused primitive as a few whole-array passes of its own, so on this CPU "
-          "fusion saves Python calls\nmore than memory traffic; on a GPU each launch costs "
-          "microseconds and each pass a round trip through global memory)")
+    common.note("(numpy runs each fused primitive as a few whole-array passes of its own, so on "
+                "this CPU fusion saves Python calls\nmore than memory traffic; on a GPU each "
+                "launch costs microseconds and each pass a round trip through global memory)")
     draw_fusion(rows, big, args.figures)
 
 

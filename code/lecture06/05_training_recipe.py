@@ -10,7 +10,7 @@ Part 6 (§7.1's other half, exercise 11) counts the forward passes of training (
 generation (one per token), the positions computed with and without transformer.py's KV cache (n
 against n(n+1)/2), and scores what a city-language model writes, greedy and sampled, against the
 language's exact distribution, over --seeds seeds. Its models are part 5's constant-lr runs
-(`city_model`).
+(`constant_lr_models`: the ones part 5 trained, or trained by part 6 when it runs alone).
 
     python code/lecture06/05_training_recipe.py [--part N] [--seed S] [--seeds N] [--quick]
 """
@@ -232,21 +232,8 @@ def show_label_smoothing(args):
     common.note(f"slides: log((1−ε)(V−1)/ε); PyTorch: log(1 + (1−ε)V/ε); to two decimals {gaps}. "
                 "Without smoothing the gap must go to ∞.")
 
-    c = conventions()
-    k = c["correct"]
     print()
-    common.note(f"Exercise 8: V = {c['V']}, ε = {c['eps']}, correct class {k}. PyTorch's target "
-                "read back from its gradient, p = softmax(z) − ∂loss/∂z:")
-    common.table([[i, c["p_slides"][i], c["p_torch"][i], c["p_torch_measured"][i],
-                   c["p_torch"][i] - c["p_slides"][i]]
-                  for i in range(c["V"])],
-                 ["class", "slides: 1−ε / ε/(V−1)", "PyTorch: 1−ε+ε/V / ε/V", "PyTorch, measured",
-                  "difference"], floatfmt=".4f")
-    common.note(f"correct class: {c['p_torch'][k]:.2f} (PyTorch) vs {c['p_slides'][k]:.2f} "
-                f"(slides), differ by {c['diff_correct']:.3f} (= ε/V); each other class by "
-                f"{c['diff_other']:.4f}.\nBoth gradients are softmax(z) − p: max error "
-                f"{c['torch_grad_error']:.1e} (F.cross_entropy, label_smoothing={c['eps']}), "
-                f"{c['slides_grad_error']:.1e} (slides' target, tensor.py autodiff).")
+    print_conventions(conventions())
 
     r = smoothing_cost()
     print()
@@ -269,6 +256,24 @@ def show_label_smoothing(args):
                 f"{r['rows'][-1]['slides']['argmax_unchanged']:,} / {r['positions']:,} at ε = "
                 f"{r['rows'][-1]['eps']}).")
     draw_smoothing_cost(r, args.figures)
+
+
+def print_conventions(c: dict):
+    """Exercise 8: the two conventions' targets, class by class, and PyTorch's read back from its
+    gradient."""
+    k = c["correct"]
+    common.note(f"Exercise 8: V = {c['V']}, ε = {c['eps']}, correct class {k}. PyTorch's target "
+                "read back from its gradient, p = softmax(z) − ∂loss/∂z:")
+    common.table([[i, c["p_slides"][i], c["p_torch"][i], c["p_torch_measured"][i],
+                   c["p_torch"][i] - c["p_slides"][i]]
+                  for i in range(c["V"])],
+                 ["class", "slides: 1−ε / ε/(V−1)", "PyTorch: 1−ε+ε/V / ε/V", "PyTorch, measured",
+                  "difference"], floatfmt=".4f")
+    common.note(f"correct class: {c['p_torch'][k]:.2f} (PyTorch) vs {c['p_slides'][k]:.2f} "
+                f"(slides), differ by {c['diff_correct']:.3f} (= ε/V); each other class by "
+                f"{c['diff_other']:.4f}.\nBoth gradients are softmax(z) − p: max error "
+                f"{c['torch_grad_error']:.1e} (F.cross_entropy, label_smoothing={c['eps']}), "
+                f"{c['slides_grad_error']:.1e} (slides' target, tensor.py autodiff).")
 
 
 @common.draws_figure
@@ -447,25 +452,26 @@ def show_adam_first_step(args):
 
 
 # ---- Part 5 · §7.6 checkpoint averaging ----------------------------------------------------------
-# part 5's model: 1 layer, so that its runs fit the budget
+# the model of parts 5 and 6 (city_train.build_model's sizes): 1 layer, so that its runs fit the
+# budget
 CITY_MODEL = dict(n_layers=1, n_embd=64, n_head=4)
 
 
-def constant_lr_run(seed: int, n_layers: int = 1, n_embd: int = 64, n_head: int = 4,
-                    steps: int = 400, lr: float = 3e-3, checkpoint_every: int = 50) -> dict:
+def constant_lr_run(seed: int, model_size: dict = CITY_MODEL, steps: int = 400, lr: float = 3e-3,
+                    checkpoint_every: int = 50) -> dict:
     """A city_train.run at a CONSTANT lr with a checkpoint every `checkpoint_every` steps, the test
     set scored after the last step: part 5 averages its checkpoints, part 6 writes with its last
     one. The seed draws both the initial weights and the batches."""
-    return dict(model=dict(n_layers=n_layers, n_embd=n_embd, n_head=n_head, seed=seed),
+    return dict(model=dict(model_size, seed=seed),
                 training=dict(steps=steps, lr=lr, seed=seed, eval_every=steps,
                               checkpoint_every=checkpoint_every))
 
 
-def decaying_lr_run(seed: int, n_layers: int = 1, n_embd: int = 64, n_head: int = 4,
-                    steps: int = 400, lr: float = 3e-3, scored_every: int = 50) -> dict:
+def decaying_lr_run(seed: int, model_size: dict = CITY_MODEL, steps: int = 400, lr: float = 3e-3,
+                    scored_every: int = 50) -> dict:
     """The same run with the lr decaying linearly to 0, the test set scored every `scored_every`
     steps."""
-    return dict(model=dict(n_layers=n_layers, n_embd=n_embd, n_head=n_head, seed=seed),
+    return dict(model=dict(model_size, seed=seed),
                 training=dict(steps=steps, lr=lr, seed=seed, eval_every=scored_every,
                               schedule="linear"))
 
@@ -478,13 +484,12 @@ def test_excess_of(state_dicts: list, model: dict) -> float:
     return city_train.evaluate(net)
 
 
-def averaging_runs(seeds, n_layers: int = 1, n_embd: int = 64, n_head: int = 4, steps: int = 400,
-                   lr: float = 3e-3, checkpoint_every: int = 50,
-                   decayed: bool = True) -> list[dict]:
+def averaging_runs(seeds, model_size: dict = CITY_MODEL, steps: int = 400, lr: float = 3e-3,
+                   checkpoint_every: int = 50, decayed: bool = True) -> list[dict]:
     """Part 5's runs: constant_lr_run at every seed, then (decayed=True) decaying_lr_run at every
     seed, the first seed's scored at every checkpoint (its curve is drawn), the others' after the
     last step only."""
-    sizes = dict(n_layers=n_layers, n_embd=n_embd, n_head=n_head, steps=steps, lr=lr)
+    sizes = dict(model_size=model_size, steps=steps, lr=lr)
     runs = [constant_lr_run(seed, **sizes, checkpoint_every=checkpoint_every) for seed in seeds]
     if decayed:
         runs += [decaying_lr_run(seed, **sizes, scored_every=checkpoint_every if i == 0 else steps)
@@ -492,9 +497,9 @@ def averaging_runs(seeds, n_layers: int = 1, n_embd: int = 64, n_head: int = 4, 
     return runs
 
 
-def checkpoint_averaging(seeds=(0, 1, 2), n_layers: int = 1, n_embd: int = 64, n_head: int = 4,
-                         steps: int = 400, lr: float = 3e-3, checkpoint_every: int = 50,
-                         ks=(2, 3, 4, 5, None), decayed: bool = True) -> dict:
+def checkpoint_averaging(seeds=(0, 1, 2), model_size: dict = CITY_MODEL, steps: int = 400,
+                         lr: float = 3e-3, checkpoint_every: int = 50, ks=(2, 3, 4, 5, None),
+                         decayed: bool = True) -> dict:
     """Train averaging_runs: for each seed a Pre-LN DecoderLM on the city language at a constant lr
     and (decayed=True) with the lr decaying. Test excess of the last checkpoint, of the average of
     the last k checkpoints (k None: all of them) and of the decayed run; each one's difference from
@@ -505,7 +510,7 @@ def checkpoint_averaging(seeds=(0, 1, 2), n_layers: int = 1, n_embd: int = 64, n
     the end, which is all the summary needs (an evaluation costs as much as 6-8 training steps).
     """
     seeds = list(seeds)
-    runs = averaging_runs(seeds, n_layers, n_embd, n_head, steps, lr, checkpoint_every, decayed)
+    runs = averaging_runs(seeds, model_size, steps, lr, checkpoint_every, decayed)
     results = city_train.train_many(runs)
     per_seed = []
     for i, seed in enumerate(seeds):
@@ -535,7 +540,7 @@ def checkpoint_averaging(seeds=(0, 1, 2), n_layers: int = 1, n_embd: int = 64, n
         row["beats_last"] = sum(d < 0 for d in row["vs_last"])
         row["spread"], row["vs_last_spread"] = spread(row["excess"]), spread(row["vs_last"])
     first = per_seed[0]
-    return dict(seeds=seeds, n_layers=n_layers, n_embd=n_embd, n_head=n_head, steps=steps, lr=lr,
+    return dict(seeds=seeds, **model_size, steps=steps, lr=lr,
                 checkpoint_every=checkpoint_every, n_checkpoints=n, runs=per_seed, rows=rows,
                 # seeds[0]'s run, under the names the table and the figure use
                 checkpoints=first["checkpoints"], last=first["last"], averaged=first["averaged"],
@@ -569,18 +574,34 @@ def part5_runs(args) -> tuple:
 
 def show_checkpoint_averaging(args):
     r = checkpoint_averaging(seeds=part5_seeds(args))
-    seeds = r["seeds"]
-    steps, every, n, first, many = (r["steps"], r["checkpoint_every"], r["n_checkpoints"], seeds[0],
-                                    len(seeds) > 1)
     common.header(5, "§7.6", f"Checkpoint averaging at a constant lr of {r['lr']:g}")
+    print_checkpoints(r)
+    print_against_the_last(r)
+    print_averaging_counts(r)
+    common.note("At a constant lr the weights keep being pulled around by the latest batches; "
+                "averaging the last few checkpoints\ncancels that jitter, at no training cost. "
+                "Averaging from early in training drags in weights that were still poor.")
+    draw_checkpoint_averaging(r, args.figures)
+
+
+def print_checkpoints(r: dict):
+    """The setup, then the first seed's test excess at every checkpoint."""
+    seeds, first, many = r["seeds"], r["seeds"][0], len(r["seeds"]) > 1
     common.note(f"A {r['n_layers']}-layer Pre-LN DecoderLM (d = {r['n_embd']}, h = {r['n_head']}, "
-                f"Adam, batch 8 × 32, fresh data every step) on the city language,\n{steps} steps, "
-                f"a checkpoint every {every} steps; seed{'s' * many} {', '.join(map(str, seeds))} "
-                "(a seed draws the initial weights and the batches).\nTest excess over the exact "
-                f"bound in mnat/token, seed {first}:")
+                f"Adam, batch 8 × 32, fresh data every step) on the city language,\n{r['steps']} "
+                f"steps, a checkpoint every {r['checkpoint_every']} steps; seed{'s' * many} "
+                f"{', '.join(map(str, seeds))} (a seed draws the initial weights and the batches)."
+                f"\nTest excess over the exact bound in mnat/token, seed {first}:")
     common.table([[step, f"{excess:.0f}"] for step, excess in r["checkpoints"]],
                  ["checkpoint (step)", f"test excess, seed {first}"], disable_numparse=True,
                  kernel_dependent=True)
+
+
+def print_against_the_last(r: dict):
+    """Every model (last checkpoint, averages, decayed lr) against the last checkpoint of its own
+    seed: at the first seed, and (several seeds) the median and range over them."""
+    seeds, steps, every, n = r["seeds"], r["steps"], r["checkpoint_every"], r["n_checkpoints"]
+    first, many = seeds[0], len(seeds) > 1
 
     def label(row) -> str:
         if row["name"] == "last":
@@ -609,6 +630,11 @@ def show_checkpoint_averaging(args):
                 "the last one's):")
     common.table(table, headers, disable_numparse=True, kernel_dependent=True)
 
+
+def print_averaging_counts(r: dict):
+    """At how many seeds each model beats the last checkpoint, by how much, and averaging's gain
+    against decaying's."""
+    seeds, n, many = r["seeds"], r["n_checkpoints"], len(r["seeds"]) > 1
     # The counts print unmarked: on the default seeds every margin is several mnat/token, far more
     # than other float kernels move these excesses (ATEN_CPU_CAPABILITY=default: by 2 at most).
     # Their sizes carry ⚙.
@@ -626,10 +652,6 @@ def show_checkpoint_averaging(args):
     common.kernel_note(f"Averaging the last 5 gains {min(gain_ratio):.1f}-{max(gain_ratio):.1f}× "
                        "what decaying the lr gains over the last checkpoint (per seed; the notes: "
                        "about as much).")
-    common.note("At a constant lr the weights keep being pulled around by the latest batches; "
-                "averaging the last few checkpoints\ncancels that jitter, at no training cost. "
-                "Averaging from early in training drags in weights that were still poor.")
-    draw_checkpoint_averaging(r, args.figures)
 
 
 @common.draws_figure
@@ -683,11 +705,12 @@ def draw_checkpoint_averaging(r, figures_dir):
 
 
 # ---- Part 6 · §7.1, exercise 11 training is parallel, generation is serial -----------------------
-def city_model(seed: int) -> city_train.TrainResult:
-    """Part 5's constant-lr run at `seed` (a 1-layer Pre-LN DecoderLM, d = 64, lr 3e-3, 400 steps,
-    float32 torch_ref): the one part 5 trained, if it ran (runner.py keeps it), else trained now;
-    its last checkpoint holds the final weights."""
-    return city_train.train_many([constant_lr_run(seed)])[0]
+def constant_lr_models(seeds) -> dict[int, city_train.TrainResult]:
+    """Part 5's constant-lr runs (CITY_MODEL, Pre-LN, lr 3e-3, 400 steps, float32 torch_ref) at
+    every seed -> {seed: its TrainResult}, whose last checkpoint holds the final weights: the runs
+    part 5 trained if it ran (runner.py keeps them), else trained now, side by side."""
+    seeds = list(seeds)
+    return dict(zip(seeds, city_train.train_many([constant_lr_run(seed) for seed in seeds])))
 
 
 def float64_copy(state_dict: dict, n_head: int = CITY_MODEL["n_head"]) -> transformer.DecoderLM:
@@ -808,12 +831,12 @@ def score_against_the_language(windows: np.ndarray, prompt_len: int) -> dict:
                 repeated=repeated / max(sentences, 1))
 
 
-def generation_quality(seed: int = 0, n_windows: int = 64, prompt_len: int = 6) -> dict:
+def generation_quality(trained: city_train.TrainResult, seed: int, n_windows: int = 64,
+                       prompt_len: int = 6) -> dict:
     """Continue the first sentence (<bos> NAME lives in CITY .) of n_windows test stories to SEQ_LEN
-    tokens with the float64 copy of city_model(seed), greedy and sampled (T = 1, rng seeded by
-    `seed`), and score each text against the language; the test windows' own continuations are the
-    reference."""
-    trained = city_model(seed)
+    tokens with the float64 copy of a constant_lr_models result (trained at `seed`), greedy and
+    sampled (T = 1, rng seeded by `seed`), and score each text against the language; the test
+    windows' own continuations are the reference."""
     weights = trained.checkpoints[-1][1]
     ours = float64_copy(weights)
     test = city_lab.test_set()
@@ -846,17 +869,17 @@ def generation_quality(seed: int = 0, n_windows: int = 64, prompt_len: int = 6) 
 GENERATION_TIPPING = 0.005
 
 
-def generation_over_seeds(seeds, n_windows: int = 64) -> dict:
-    """generation_quality at every seed, and each of part 6's claims as its margin at each seed (> 0
-    where it holds): greedy text has a smaller share of forbidden tokens than sampled text, a higher
-    true log p per allowed token, and repeats its sentences more often than both the language's own
-    text and sampled text."""
-    city_train.train_many([constant_lr_run(seed) for seed in seeds])   # the models, side by side
-    per_seed = [generation_quality(seed=seed, n_windows=n_windows) for seed in seeds]
+def generation_over_seeds(models: dict, n_windows: int = 64) -> dict:
+    """generation_quality of every model of constant_lr_models ({seed: TrainResult}), and each of
+    part 6's claims as its margin at each seed (> 0 where it holds): greedy text has a smaller share
+    of forbidden tokens than sampled text, a higher true log p per allowed token, and repeats its
+    sentences more often than both the language's own text and sampled text."""
+    seeds = list(models)
+    per_seed = [generation_quality(models[seed], seed, n_windows=n_windows) for seed in seeds]
 
     def forbidden(r):
         return r["forbidden"] / r["scored"]
-    return {"seeds": list(seeds), "per_seed": per_seed,
+    return {"seeds": seeds, "per_seed": per_seed,
             "claims": {"fewer_forbidden": [forbidden(q["sampled"]) - forbidden(q["greedy"])
                                            for q in per_seed],
                        "likelier": [q["greedy"]["log_p_per_token"] - q["sampled"]["log_p_per_token"]
@@ -888,13 +911,24 @@ def _marked(window: np.ndarray, prompt_len: int) -> str:
 
 
 def show_generation(args):
-    # part 5's 400-step constant-lr model, quick or not
-    s = serial_generation(float64_copy(city_model(args.seed).checkpoints[-1][1]),
+    seeds = common.seeds_of(args)
+    models = constant_lr_models(seeds)
+    # the model of --seed, quick or not: part 5's 400-step constant-lr run
+    s = serial_generation(float64_copy(models[args.seed].checkpoints[-1][1]),
                           lengths=(8, 31) if args.quick else (8, 16, 31), batch=16, seed=args.seed)
-    over_seeds = generation_over_seeds(common.seeds_of(args), n_windows=32 if args.quick else 64)
-    q = over_seeds["per_seed"][0]
-    steps = q["steps"]
+    over_seeds = generation_over_seeds(models, n_windows=32 if args.quick else 64)
     common.header(6, "§7.1, exercise 11", "Training is parallel, generation is serial")
+    print_forward_passes(s, steps=over_seeds["per_seed"][0]["steps"])
+    print()
+    print_kv_cache_savings(s)
+    print()
+    print_generated_text(over_seeds["per_seed"][0])
+    print_generation_claims(over_seeds)
+
+
+def print_forward_passes(s: dict, steps: int):
+    """serial_generation's longest row: passes and positions of teacher forcing and of generation,
+    with and without the cache."""
     B, longest = s["batch"], s["rows"][-1]
     common.note(f"Part 5's constant-lr model ({steps} steps, float32 torch_ref) copied into "
                 f"transformer.DecoderLM (float64, tensor.py); {B} windows, each from "
@@ -913,7 +947,12 @@ def show_generation(args):
                 "and the causal mask keeps each position blind to the later ones.\nGeneration "
                 "needs one pass per token, one after the other: the input of pass t + 1 is the "
                 "token pass t chose (exercise 11).")
-    print()
+
+
+def print_kv_cache_savings(s: dict):
+    """Every length of serial_generation: passes and positions with and without the cache, then
+    the time each took (⏱)."""
+    B, longest = s["batch"], s["rows"][-1]
     common.table([[r["n"], r["forwards_cached"], r["positions_cached"], r["forwards_full"],
                    r["positions_full"], r["n"] * (r["n"] + 1) // 2,
                    f"{r['positions_full'] / r['positions_cached']:.1f}",
@@ -938,7 +977,10 @@ def show_generation(args):
                   f"{positions_ratio:.1f}× the positions: at this size (d = "
                   f"{CITY_MODEL['n_embd']}, {B} windows) {why}.")
 
-    print()
+
+def print_generated_text(q: dict):
+    """One seed's generation_quality: the language's, greedy and sampled text scored, and one
+    window's continuations."""
     common.note("What the model writes, scored against the city language's exact distribution: the "
                 f"first sentence of {q['n_windows']} test stories\n(<bos> NAME lives in CITY .) "
                 f"continued by {q['n_new']} tokens. A token is allowed if p_true > 0; a window is "
@@ -966,6 +1008,10 @@ def show_generation(args):
                        f"{city_lab.decode(q['texts']['greedy'][example, 1:q['prompt_len']])}")
     for key in ("greedy", "sampled"):
         common.kernel_note(f"{key + ':':<8} {_marked(q['texts'][key][example], q['prompt_len'])}")
+
+
+def print_generation_claims(over_seeds: dict):
+    """generation_over_seeds' claims, each counted over the seeds."""
     claims, seeds = over_seeds["claims"], over_seeds["seeds"]
     common.note(f"Over seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))} (each its own "
                 "model, its own sampling):")
@@ -980,6 +1026,7 @@ def show_generation(args):
     common.note("Sampling at T = 1 also draws the small probability the model leaves on impossible "
                 "tokens, and one of them derails the story;\ngreedy decoding avoids them and pays "
                 "in repetition.")
+
 
 SEEDS = 2   # the default of --seeds: how many seeds a training claim is counted over
 PARTS = {1: show_teacher_forcing, 2: show_label_smoothing, 3: show_lr_schedule,

@@ -129,8 +129,8 @@ def show_parameters(args):
                   "Parameters: the formula against the modules' own count (torch_ref on meta)")
     small = r["models"]["GPT-2 small"]
     cfg = small["cfg"]
-    print(f"GPT-2 small: d = {cfg['n_embd']}, L = {cfg['n_layers']}, V = {cfg['n_vocab']}, "
-          f"n_ctx = {cfg['n_positions']}, m = 4d, biases, tied output head")
+    common.note(f"GPT-2 small: d = {cfg['n_embd']}, L = {cfg['n_layers']}, V = {cfg['n_vocab']}, "
+                f"n_ctx = {cfg['n_positions']}, m = 4d, biases, tied output head")
     common.table([[term, expr, f"{small['formula'][term]:,}", f"{small['counted'][term]:,}",
                    "yes" if small["formula"][term] == small["counted"][term] else "NO"]
                   for term, expr in PARAM_TERMS.items()]
@@ -157,9 +157,9 @@ def show_parameters(args):
                           "total (parameters)", "12d²", "FFN share (with biases)",
                           "FFN share of the matrices, 8d²/12d²"], disable_numparse=True)
     shares = [lay["ffn_share"] for lay in r["layers"]]
-    print(f"the FFN holds {100 * min(shares):.2f}-{100 * max(shares):.2f}% of a layer's "
-          f"parameters, {r['layers'][0]['ffn_share_no_bias']:.4f} of the matrices alone (notes: "
-          f"2/3); d = 1024 is exercise 5")
+    common.note(f"the FFN holds {100 * min(shares):.2f}-{100 * max(shares):.2f}% of a layer's "
+                f"parameters, {r['layers'][0]['ffn_share_no_bias']:.4f} of the matrices alone "
+                "(notes: 2/3); d = 1024 is exercise 5")
 
 
 # ---- Part 2 · §8.2 FLOPs per token ---------------------------------------------------------------
@@ -244,16 +244,17 @@ def show_flops(args):
                           "MFLOPs/token", "share"],
                  disable_numparse=True)
     four = sum(r["shares"][term] for term in FLOP_TERMS if term != "W_O")
-    print(f"(the counter counts 2 FLOPs per multiply-add and matmuls only; the notes' four shares, "
-          f"QKV, attention, FFN and output layer, add up to {100 * four:.1f}%: they leave out "
-          f"W_O's {100 * r['shares']['W_O']:.1f}%)")
+    common.note("(the counter counts 2 FLOPs per multiply-add and matmuls only; the notes' four "
+                f"shares, QKV, attention, FFN and output layer, add up to {100 * four:.1f}%: they "
+                f"leave out W_O's {100 * r['shares']['W_O']:.1f}%)")
     rebuilt = 2 * r["matmul_weights"] + r["attention_per_token"]
-    print(f"2N = 2 × {r['n_params']:,} = {r['two_n'] / 1e6:.1f} MFLOPs/token against "
-          f"{r['per_token'] / 1e6:.1f}: one multiply-add per token for each of the "
-          f"{r['matmul_weights']:,} weights\na matmul multiplies (N without the position table, "
-          f"the biases and the LayerNorms: {2 * r['matmul_weights'] / 1e6:.1f}) plus attention's "
-          f"QKᵀ and AV (4·S·d·L: {r['attention_per_token'] / 1e6:.1f}) = {rebuilt / 1e6:.1f} "
-          f"({'equal' if rebuilt == r['per_token'] else 'NOT equal'} to the total)")
+    common.note(f"2N = 2 × {r['n_params']:,} = {r['two_n'] / 1e6:.1f} MFLOPs/token against "
+                f"{r['per_token'] / 1e6:.1f}: one multiply-add per token for each of the "
+                f"{r['matmul_weights']:,} weights\na matmul multiplies (N without the position "
+                f"table, the biases and the LayerNorms: {2 * r['matmul_weights'] / 1e6:.1f}) plus "
+                f"attention's QKᵀ and AV (4·S·d·L: {r['attention_per_token'] / 1e6:.1f}) = "
+                f"{rebuilt / 1e6:.1f} ({'equal' if rebuilt == r['per_token'] else 'NOT equal'} to "
+                "the total)")
     draw_flops_vs_n(args.figures)
 
 
@@ -334,15 +335,16 @@ def show_crossover(args):
                    f"{r['rest_per_token'] / 1e6:.1f}"] for r in crossover()],
                  headers=["model", "d", "n = 6d (tokens)", "attention MFLOPs/token (counter)",
                           "projections + FFN MFLOPs/token (counter)"], disable_numparse=True)
-    print("(one layer at n = 6d on the meta device; GPT-2 small's row is exercise 6)\n")
+    common.note("(one layer at n = 6d on the meta device; GPT-2 small's row is exercise 6)\n")
     common.table([[r["n"], f"{100 * r['share']:.1f}%", f"{100 * r['share_counter']:.1f}%",
                    f"{100 * r['share_swiglu']:.1f}%"] for r in llama],
                  headers=["LLaMA-7B, n (tokens)", "attention share, 24d² model (formula)",
                           "attention share, 24d² model (counter)",
                           "attention share with SwiGLU 11008 (3 matrices)"], disable_numparse=True)
     shortest = llama[0]
-    print(f"(share of one layer's matmul FLOPs, output layer left out; at n = {shortest['n']:,} "
-          f"the projections and the FFN still hold {100 * (1 - shortest['share']):.1f}%)")
+    common.note("(share of one layer's matmul FLOPs, output layer left out; at n = "
+                f"{shortest['n']:,} the projections and the FFN still hold "
+                f"{100 * (1 - shortest['share']):.1f}%)")
 
 
 # ---- Part 4 · §8.3 activations saved for backward ------------------------------------------------
@@ -426,30 +428,44 @@ def show_activation_memory(args, p_dropout: float = 0.1):
                           f"dropout {p_dropout:g}: floats saved", "18·S·d + 3·h·S² + 4·S",
                           "equal (dropout)", "storages (dropout)"],
                  disable_numparse=True)
+    print_saved_storages(r, rd, p_dropout)
+    print_llama_activations()
+    draw_activation_memory(r, args.figures)
+
+
+def print_saved_storages(r: dict, rd: dict, p_dropout: float):
+    """What the storages are at S = 128, what dropout adds, and the fits of both."""
+    d, h = r["d"], r["h"]
     x = next(x for x in r["rows"] if x["S"] == 128)  # S·d, 4·S·d, h·S² and S all differ here
     y = next(y for y in rd["rows"] if y["S"] == 128)
     S = x["S"]
     names = {S * d: "S·d", 4 * S * d: "4·S·d", h * S * S: "h·S²", S: "S"}
-    print(f"(saved_tensors_hooks, storages deduplicated, parameters left out; training mode.) "
-          f"Without dropout, at S = {S} the storages are "
-          + ", ".join(f"{n} × {names.get(size, size)}" for size, n
-                      in sorted(x["sizes"].items(), reverse=True))
-          + ":\nS·d: LN inputs and outputs, q, k, v, the merged heads; 4·S·d: GELU's input and "
-            "output; h·S²: the softmax output; S: the LayerNorms' mean and 1/σ")
+    common.note("(saved_tensors_hooks, storages deduplicated, parameters left out; training "
+                f"mode.) Without dropout, at S = {S} the storages are "
+                + ", ".join(f"{n} × {names.get(size, size)}" for size, n
+                            in sorted(x["sizes"].items(), reverse=True))
+                + ":\nS·d: LN inputs and outputs, q, k, v, the merged heads; 4·S·d: GELU's "
+                "input and output; h·S²: the softmax output; S: the LayerNorms' mean and 1/σ")
     extra = Counter(y["sizes"]) - Counter(x["sizes"])
-    print(f"Dropout {p_dropout:g} adds "
-          + ", ".join(f"{n} × {names.get(size, size)}" for size, n
-                      in sorted(extra.items(), reverse=True))
-          + ": the attention weights' mask and the dropped weights (AV's backward needs them, "
-            "softmax's\nbackward still needs its own output), and the masks of the attention "
-            "output and of the FFN output (on CPU each mask is a\nfloat32 tensor that the multiply "
-            "keeps)")
+    common.note(f"Dropout {p_dropout:g} adds "
+                + ", ".join(f"{n} × {names.get(size, size)}" for size, n
+                            in sorted(extra.items(), reverse=True))
+                + ": the attention weights' mask and the dropped weights (AV's backward needs "
+                "them, softmax's\nbackward still needs its own output), and the masks of the "
+                "attention output and of the FFN output (on CPU each mask is a\nfloat32 tensor "
+                "that the multiply keeps)")
     for label, fit in (("no dropout", r), (f"dropout {p_dropout:g}", rd)):
-        print(f"least-squares fit floats ≈ a·S·d + b·h·S², {label}: a = {fit['a']:.4f}, b = "
-              f"{fit['b']:.4f}; the two parts are equal at S = a·d/(b·h) = {fit['crossover']:.1f}")
+        common.note(f"least-squares fit floats ≈ a·S·d + b·h·S², {label}: a = {fit['a']:.4f}, b = "
+                    f"{fit['b']:.4f}; the two parts are equal at S = a·d/(b·h) = "
+                    f"{fit['crossover']:.1f}")
     big = r["rows"][-1]["S"]
-    print(f"With dropout the h·S² part is {rd['b'] / r['b']:.0f}× larger, and at S = {big} the "
-          f"layer keeps {rd['rows'][-1]['floats'] / r['rows'][-1]['floats']:.2f}× the memory.\n")
+    common.note(f"With dropout the h·S² part is {rd['b'] / r['b']:.0f}× larger, and at S = {big} "
+                f"the layer keeps {rd['rows'][-1]['floats'] / r['rows'][-1]['floats']:.2f}× the "
+                "memory.\n")
+
+
+def print_llama_activations():
+    """activation_examples: one LLaMA-7B layer's S × d and h × S × S tensors at several S."""
     examples = activation_examples()
     common.table([[e["S"], f"{e['one_sd'] / MIB:.0f} MiB", f"{e['one_hss'] / GIB:.1f} GiB",
                    f"{e['sd_part'] / MIB:.0f} MiB", f"{e['hss_part'] / GIB:.1f} GiB",
@@ -458,8 +474,7 @@ def show_activation_memory(args, p_dropout: float = 0.1):
                  headers=["LLaMA-7B layer, fp16, S", "one S × d", "one h × S × S", "16 × S × d",
                           "h × S × S",
                           "equal at S = 16d/h"], disable_numparse=True)
-    print("(S = 4096 is exercise 10)")
-    draw_activation_memory(r, args.figures)
+    common.note("(S = 4096 is exercise 10)")
 
 
 @common.draws_figure
@@ -557,9 +572,9 @@ def show_attention_time(args):
         common.timing(f"S = {r['S']:>4}: layer forward {1e3 * r['t_layer']:7.1f} ms, core inside "
                       f"it {1e3 * r['t_core']:7.1f} ms: time share {100 * r['time_share']:4.1f}% "
                       f"(FLOP share {100 * r['flop_share']:.1f}%)")
-    print("(the core timed inside each forward of the layer; median of up to 5 forwards. Scale, "
-          "mask, softmax and dropout make\nalmost no FLOPs but read and write the h × S × S matrix "
-          "several times)")
+    common.note("(the core timed inside each forward of the layer; median of up to 5 forwards. "
+                "Scale, mask, softmax and dropout make\nalmost no FLOPs but read and write the h "
+                "× S × S matrix several times)")
 
 
 # ---- Part 6 · §8.3 continued, beyond the notes: the flash core's memory -------------------
@@ -632,7 +647,7 @@ def flash_memory(seq_lens=(16, 32, 64, 128, 256, 512), n_embd: int = 64, n_head:
 def show_flash_memory(args):
     seq_lens = (16, 32, 64, 128, 256) if args.quick else (16, 32, 64, 128, 256, 512)
     r = flash_memory(seq_lens)
-    d, h, rows, fits = r["d"], r["h"], r["rows"], r["fits"]
+    d, h, rows = r["d"], r["h"], r["rows"]
     common.header(6, "§8.3 continued, beyond the notes:",
                   f"the flash core and the activations a layer saves (d = {d}, h = {h}, "
                   f"p_dropout 0)")
@@ -655,35 +670,47 @@ def show_flash_memory(args):
     exact = all((x["fused"]["floats"], x["fused + flash"]["floats"], x["torch_sdpa_layer"])
                 == formulas(x["S"]) for x in rows)
     recompute = all(extra_flops(x) == 2 * x["S"] ** 2 * d for x in rows)
-    print(f"(elements saved for backward, parameters left out: tensor.py's accounting for its "
-          f"float64 layer, saved_tensors_hooks\nfor torch's float32 one. Every formula "
-          f"{'holds exactly' if exact else 'does NOT hold'}: the fused layer saves what part 4's "
-          f"torch layer does;\nwith a flash core, tensor.py's or torch's, no h × S × S matrix is "
-          f"kept.)")
+    print_flash_fits(r, exact)
+    print_flash_price(r, recompute)
+    draw_flash_memory(r, args.figures)
+
+
+def print_flash_fits(r: dict, exact: bool):
+    """Whether every count follows its formula, and each path's fit a·S·d + b·h·S²."""
+    d, h, fits = r["d"], r["h"], r["fits"]
+    common.note("(elements saved for backward, parameters left out: tensor.py's accounting for "
+                "its float64 layer, saved_tensors_hooks\nfor torch's float32 one. Every formula "
+                f"{'holds exactly' if exact else 'does NOT hold'}: the fused layer saves what part "
+                "4's torch layer does;\nwith a flash core, tensor.py's or torch's, no h × S × S "
+                "matrix is kept.)")
     labels = {"composed": "composed", "fused": "fused", "fused + flash": "fused + flash",
               "torch_sdpa_layer": "torch, SDPA core"}
     for key, label in labels.items():
         fit = fits[key]
         where = (f"the two parts are equal at S = a·d/(b·h) = {fit['a'] * d / (fit['b'] * h):.1f}"
                  if fit["b"] > 1e-6 else "no h·S² part, so no crossover")
-        print(f"fit floats ≈ a·S·d + b·h·S², {label:16}: a = {fit['a']:.4f}, "
-              f"b = {fit['b']:.4f}; {where}")
-    x = rows[-1]
+        common.note(f"fit floats ≈ a·S·d + b·h·S², {label:16}: a = {fit['a']:.4f}, "
+                    f"b = {fit['b']:.4f}; {where}")
+
+
+def print_flash_price(r: dict, recompute: bool):
+    """What torch's SDPA and tensor.py's flash core keep, what the flash backward pays, and what it
+    saves at LLaMA-7B's size."""
+    d, h, x = r["d"], r["h"], r["rows"][-1]
     shapes = " and ".join(str(s) for s in x["torch_sdpa_shapes"])
-    print(f"torch's scaled_dot_product_attention alone (CPU, float32, causal) saves "
-          f"{x['torch_sdpa_core']:,} floats at S = {x['S']}\n= 4·S·d + h·S = "
-          f"{4 * x['S'] * d + h * x['S']:,} (q, k, v, the output, the logsumexp; shapes "
-          f"{shapes}).\ntensor.py's flash core keeps the logsumexp as its two parts, max and "
-          f"log-sum (2·h·S), so that a fully masked row\n(max ≈ -1e9) keeps full precision.")
-    print(f"The price: the flash backward recomputes q kᵀ block by block, 2·S²·d more FLOPs "
-          f"({'as counted' if recompute else 'NOT as counted'} above),\nand it cannot drop "
-          f"attention weights (they never exist).")
+    common.note(f"torch's scaled_dot_product_attention alone (CPU, float32, causal) saves "
+                f"{x['torch_sdpa_core']:,} floats at S = {x['S']}\n= 4·S·d + h·S = "
+                f"{4 * x['S'] * d + h * x['S']:,} (q, k, v, the output, the logsumexp; shapes "
+                f"{shapes}).\ntensor.py's flash core keeps the logsumexp as its two parts, max and "
+                f"log-sum (2·h·S), so that a fully masked row\n(max ≈ -1e9) keeps full precision.")
+    common.note(f"The price: the flash backward recomputes q kᵀ block by block, 2·S²·d more FLOPs "
+                f"({'as counted' if recompute else 'NOT as counted'} above),\nand it cannot drop "
+                f"attention weights (they never exist).")
     llama_d, llama_h, S = LLAMA_7B["n_embd"], LLAMA_7B["n_head"], 8192
-    print(f"LLaMA-7B's layer at S = {S}, fp16: the h × S × S matrix "
-          f"({llama_h * S * S * 2 / GIB:.1f} GiB) gives way to a float32 logsumexp\nof "
-          f"{llama_h * S * 4 / MIB:.0f} MiB, beside 16 × S × d = {16 * S * llama_d * 2 / MIB:,.0f} "
-          f"MiB: part 4's crossover at S = 16d/h is gone.")
-    draw_flash_memory(r, args.figures)
+    common.note(f"LLaMA-7B's layer at S = {S}, fp16: the h × S × S matrix "
+                f"({llama_h * S * S * 2 / GIB:.1f} GiB) gives way to a float32 logsumexp\nof "
+                f"{llama_h * S * 4 / MIB:.0f} MiB, beside 16 × S × d = "
+                f"{16 * S * llama_d * 2 / MIB:,.0f} MiB: part 4's crossover at S = 16d/h is gone.")
 
 
 @common.draws_figure

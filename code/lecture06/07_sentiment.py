@@ -26,8 +26,10 @@ import common  # first: one BLAS thread before numpy loads, and lecture 5's code
 import functools
 
 import numpy as np
+import torch
 import runner
 import threads
+import torch_ref
 import transformer
 import reviews
 from bag_of_words import BagOfWords
@@ -94,9 +96,10 @@ def adam_step(model, optimizer, data, rows) -> float:
     return loss.item()
 
 
-def train_transformer(positions: bool, seed: int, steps: int) -> tuple:
-    """Train one SentimentTransformer with our Adam on lecture 5's training set -> (model,
-    losses)."""
+def train_transformer(positions: bool, seed: int, steps: int) -> dict:
+    """Train one SentimentTransformer with our Adam on lecture 5's training set -> {"parameters":
+    {name: array}, "losses": [loss of every step]}: plain data (it may come from another process),
+    from which load_transformer builds the model."""
     transformer.set_seed(seed)
     model = SentimentTransformer(positions).train()
     data = reviews.train_set()
@@ -106,7 +109,22 @@ def train_transformer(positions: bool, seed: int, steps: int) -> tuple:
         # linear decay: the last steps settle instead of jumping
         optimizer.lr = LR * (1 - step / steps)
         losses.append(adam_step(model, optimizer, data, rows))
-    return model.eval(), losses
+    return {"parameters": {name: p.data for name, p in model.named_parameters()}, "losses": losses}
+
+
+def load_transformer(positions: bool, parameters: dict) -> SentimentTransformer:
+    """A SentimentTransformer in eval mode holding a copy of trained `parameters`
+    (train_transformer's): each caller gets a model of its own, so no part changes a model another
+    part holds."""
+    model = SentimentTransformer(positions)
+    names = [name for name, _ in model.named_parameters()]
+    if names != list(parameters):
+        raise ValueError(f"load_transformer(positions={positions}): the parameters are "
+                         f"{list(parameters)}, the model's {names}: load them with the positions "
+                         "they were trained with")
+    for name, p in model.named_parameters():
+        p.data = parameters[name].copy()
+    return model.eval()
 
 
 def transformer_runs(seeds, steps: int, positions=tuple(MODELS.values())) -> list[dict]:
@@ -115,7 +133,7 @@ def transformer_runs(seeds, steps: int, positions=tuple(MODELS.values())) -> lis
 
 
 def train_transformers(runs: list) -> list:
-    """[train_transformer(**run) for run in runs]: the same (model, losses) in the same order, each
+    """[train_transformer(**run) for run in runs]: the same results in the same order, each
     trained once per process (runner.py keeps them, and trains them side by side on the machine's
     cores)."""
     return runner.map(train_transformer, runs)
@@ -140,36 +158,34 @@ def logits_of(model, data) -> np.ndarray:
 
 
 # ---- Part 1 ----------------------------------------------------------------------------------
+class TorchSentimentTransformer(torch.nn.Module):
+    """SentimentTransformer's PyTorch twin (with positions), from torch_ref's modules, with the same
+    parameter names and order; it starts from a copy of `ours`'s parameters."""
+
+    def __init__(self, ours: SentimentTransformer):
+        super().__init__()
+        n_vocab, n_embd = ours.token_embeddings.weights.shape
+        self.token_embeddings = torch_ref.Embedding(n_vocab, n_embd)
+        self.position_embeddings = torch_ref.Embedding(reviews.MAX_LEN, n_embd)
+        self.dropout = torch_ref.Dropout(P_DROPOUT)
+        self.layer = torch_ref.TransformerLayer(n_embd, N_HEAD, P_DROPOUT, causal=False)
+        self.ln = torch_ref.LayerNorm(n_embd)
+        self.classifier = torch_ref.Linear(n_embd, 2)
+        torch_ref.copy_from(self, ours)
+
+    def forward(self, ids, pad_mask):
+        ids, keep = torch.as_tensor(ids), torch.as_tensor(~pad_mask, dtype=torch.float64)
+        x = self.token_embeddings(ids) + self.position_embeddings(torch.arange(ids.shape[1]))[None]
+        x = self.ln(self.layer(self.dropout(x), pad_mask=pad_mask))
+        return self.classifier((x * (keep / keep.sum(1, keepdim=True))[:, :, None]).sum(1))
+
+
 # torch's default is one thread per core; on matrices this small two threads only wait for each
 # other, and on a loaded machine OpenMP's waiting made these 20 steps 6-10x slower (threads.py)
 @threads.torch_threads(1)
 def parity(seed: int = common.DEFAULT_SEED, steps: int = PARITY_STEPS) -> dict:
     """Our model and its torch twin, same init, batches and dropout masks, `steps` Adam steps
     each."""
-    import torch
-    import torch_ref
-
-    class TorchSentimentTransformer(torch.nn.Module):
-        """The twin, from torch_ref's modules, with the same parameter names and order."""
-
-        def __init__(self, ours: SentimentTransformer):
-            super().__init__()
-            n_vocab, n_embd = ours.token_embeddings.weights.shape
-            self.token_embeddings = torch_ref.Embedding(n_vocab, n_embd)
-            self.position_embeddings = torch_ref.Embedding(reviews.MAX_LEN, n_embd)
-            self.dropout = torch_ref.Dropout(P_DROPOUT)
-            self.layer = torch_ref.TransformerLayer(n_embd, N_HEAD, P_DROPOUT, causal=False)
-            self.ln = torch_ref.LayerNorm(n_embd)
-            self.classifier = torch_ref.Linear(n_embd, 2)
-            torch_ref.copy_from(self, ours)
-
-        def forward(self, ids, pad_mask):
-            ids, keep = torch.as_tensor(ids), torch.as_tensor(~pad_mask, dtype=torch.float64)
-            x = (self.token_embeddings(ids) +
-                 self.position_embeddings(torch.arange(ids.shape[1]))[None])
-            x = self.ln(self.layer(self.dropout(x), pad_mask=pad_mask))
-            return self.classifier((x * (keep / keep.sum(1, keepdim=True))[:, :, None]).sum(1))
-
     transformer.set_seed(seed)
     ours = SentimentTransformer(positions=True).train()
     twin = TorchSentimentTransformer(ours)
@@ -202,7 +218,8 @@ def show_parity(args):
     common.kernel_note(f"max difference over {len(rows)} steps: {r['max_difference']:.1e}   "
                        "(notes: 2.2e-16)")
     agree = sum(abs(a - b) <= 1e-14 for _, a, b, _ in rows)
-    print(f"the two losses agree to float64 rounding (≤ 1e-14) at {agree} of {len(rows)} steps")
+    common.note(f"the two losses agree to float64 rounding (≤ 1e-14) at {agree} of {len(rows)} "
+                "steps")
 
 
 # ---- Part 2 ----------------------------------------------------------------------------------
@@ -244,8 +261,9 @@ def accuracy(seeds=(common.DEFAULT_SEED,), steps: int = STEPS) -> dict:
                                     pair_difference=pair_difference(bag.score(test.ids).data,
                                                                     test))}
     runs = transformer_runs(seeds, steps)
-    trained = {(run["positions"], run["seed"]): model
-               for run, (model, _) in zip(runs, train_transformers(runs))}
+    trained = {(run["positions"], run["seed"]): load_transformer(run["positions"],
+                                                                 result["parameters"])
+               for run, result in zip(runs, train_transformers(runs))}
     contrast = test.kinds == "contrast"
     for name, positions in MODELS.items():
         results[name] = []
@@ -304,14 +322,14 @@ def show_accuracy(args):
                 + [_difference([v["pair_difference"] for v in results])])
 
     common.header(2, "§9.3", "Lecture 5's test set: accuracy by sentence kind")
-    print(f"seed {seeds[0]}, the Transformers after {steps} Adam steps:")
+    common.note(f"seed {seeds[0]}, the Transformers after {steps} Adam steps:")
     common.table([row("bag-of-words", [r["bag-of-words"]])]
                  + [row(name, r[name][:1]) for name in MODELS],
                  headers, disable_numparse=True)
     if len(seeds) > 1:
-        print(f"\nlowest-highest over {len(seeds)} seeds ({', '.join(map(str, seeds))}) "
-              "(bag-of-words has no randomness:\nfull-batch gradient descent from zero weights, "
-              "the same model at every seed):")
+        common.note(f"\nlowest-highest over {len(seeds)} seeds ({', '.join(map(str, seeds))}) "
+                    "(bag-of-words has no randomness:\nfull-batch gradient descent from zero "
+                    "weights, the same model at every seed):")
         common.table([row(name, r[name]) for name in MODELS], headers, disable_numparse=True)
     print()
     c = r["claims"]
@@ -322,10 +340,11 @@ def show_accuracy(args):
     common.count_line("with learned positions, contrast all correct", c["positions_contrast"],
                       TIPPING)
     blind_contrast = _percent([v["contrast"] for v in r["Transformer, no positions"]])
-    print("A contrast pair has the same words in another order: without positions both sentences "
-          "get the same\nscores (to rounding), so one of the two is right and the other wrong: "
-          f"contrast {blind_contrast} without positions.\nBag-of-words gives \"not\" one weight "
-          "whatever it negates; trained mostly on plain reviews, it reads \"not bad\" as \"bad\".")
+    common.note("A contrast pair has the same words in another order: without positions both "
+                "sentences get the same\nscores (to rounding), so one of the two is right and the "
+                f"other wrong: contrast {blind_contrast} without positions.\nBag-of-words gives "
+                "\"not\" one weight whatever it negates; trained mostly on plain reviews, it "
+                "reads \"not bad\" as \"bad\".")
     draw_accuracy(r, args.figures)
 
 
@@ -361,22 +380,20 @@ def draw_accuracy(r: dict, figures_dir):
 DECIDING, BUT = 8, 4
 
 
-def attention(seed: int = common.DEFAULT_SEED, steps: int = STEPS,
-              sentence: str = reviews.NOTES_SENTENCE) -> dict:
-    """Attention of the with-positions model trained `steps` Adam steps at `seed`, on `sentence`.
+def attention(model: SentimentTransformer, sentence: str = reviews.NOTES_SENTENCE) -> dict:
+    """Attention of a model with positions (its forward keeps its last weights) on `sentence`.
 
     Returns: words; weights (h, S, S) for that sentence; received (S,) the weight each position
     receives, averaged over the heads and over the (non-pad) queries; argmax and order of
-    `received`.
+    `received`; the model's prediction, the sentence's label and the logit margin of the label.
     """
-    [(model, _)] = train_transformers([dict(positions=True, seed=seed, steps=steps)])
     ids, pad_mask = reviews.encode([sentence])
     with no_grad():
         logits = model(ids, pad_mask).data[0]
     n_words = len(sentence.split())
     weights = model.layer.attention.last_attention.data[0][:, :n_words, :n_words]   # (h, S, S)
     received = weights.mean(axis=(0, 1))
-    return {"seed": seed, "words": sentence.split(), "weights": weights, "received": received,
+    return {"words": sentence.split(), "weights": weights, "received": received,
             "argmax": int(received.argmax()), "order": [int(i) for i in np.argsort(-received)],
             "prediction": int(logits.argmax()), "label": reviews.label_of(sentence),
             "logit_margin": float(logits[reviews.label_of(sentence)] -
@@ -385,13 +402,14 @@ def attention(seed: int = common.DEFAULT_SEED, steps: int = STEPS,
 
 def attention_over_seeds(seeds=(common.DEFAULT_SEED,), steps: int = STEPS,
                          sentence: str = reviews.NOTES_SENTENCE) -> dict:
-    """attention() at every seed -> {"seeds", "per_seed": [one attention() per seed], "claims": the
-    margin at each seed (> 0 where it holds) by which position 8 receives the most, "but" (position
-    4) the second most, the prediction is right}."""
+    """attention() of the model with positions trained `steps` Adam steps at every seed (Part 2's,
+    if it ran: runner.py keeps them) -> {"seeds", "per_seed": [one attention() per seed, with its
+    "seed"], "claims": the margin at each seed (> 0 where it holds) by which position 8 receives
+    the most, "but" (position 4) the second most, the prediction is right}."""
     seeds = list(seeds)
-    # all seeds at once, side by side
-    train_transformers(transformer_runs(seeds, steps, positions=(True,)))
-    per_seed = [attention(seed, steps, sentence) for seed in seeds]
+    trained = train_transformers(transformer_runs(seeds, steps, positions=(True,)))
+    per_seed = [dict(attention(load_transformer(True, result["parameters"]), sentence), seed=seed)
+                for seed, result in zip(seeds, trained)]
     return {"seeds": seeds, "per_seed": per_seed,
             "claims": {"most_on_deciding": [most_margin(r["received"], DECIDING) for r in per_seed],
                        "but_second": [second_margin(r["received"], BUT) for r in per_seed],
@@ -418,7 +436,7 @@ def show_attention(args):
     r = s["per_seed"][0]
     common.header(3, "§9.3",
                   f"What the model with positions attends to in \"{reviews.NOTES_SENTENCE}\"")
-    print(f"seed {seeds[0]}, after {steps} Adam steps:")
+    common.note(f"seed {seeds[0]}, after {steps} Adam steps:")
     rows = [(i, w, r["received"][i], *(r["weights"][:, :, i].mean(axis=1)))
             for i, w in enumerate(r["words"])]
     heads = [f"head {h}" for h in range(r["weights"].shape[0])]
@@ -435,7 +453,7 @@ def show_attention(args):
         return f"{rank}{ {1: 'st', 2: 'nd', 3: 'rd'}.get(rank, 'th')} ({result['received'][i]:.3f})"
 
     if len(seeds) > 1:
-        print(f"\nat each of {len(seeds)} seeds:")
+        common.note(f"\nat each of {len(seeds)} seeds:")
         # the headers are wider than any cell, so that the unmarked header lines keep their width on
         # any CPU
         common.table([[result["seed"], ranked(result, 0), ranked(result, 1), ranked(result, 2),

@@ -10,10 +10,11 @@ to the command line:
     if __name__ == "__main__":
         common.main(__doc__, PARTS)
 
-Conventions: each part prints a header naming its section of the notes, then tables. A line that
-reports wall-clock time starts with ⏱ and is the only kind of line allowed to differ between two
-runs with the same seed. A line whose digits depend on the CPU's floating-point kernels (float32
-training, chaotic runs) carries ⚙; every other line prints identically on any CPU.
+Conventions: each part prints a header naming its section of the notes, then tables and prose
+(`note`; `kernel_note` and `timing` for the marked lines below). A line that reports wall-clock
+time starts with ⏱ and is the only kind of line allowed to differ between two runs with the same
+seed. A line whose digits depend on the CPU's floating-point kernels (float32 training, chaotic
+runs) carries ⚙; every other line prints identically on any CPU.
 """
 from __future__ import annotations
 
@@ -85,6 +86,8 @@ def table(rows, headers=(), floatfmt="g", kernel_dependent: bool = False, **kwar
 
 
 def note(text: str):
+    """Prose between the tables, the one way a script prints it: unmarked lines, which print alike
+    on any CPU (kernel_note's ⚙ lines and timing's ⏱ lines are the other two kinds)."""
     print(text)
 
 
@@ -285,7 +288,8 @@ def main(doc: str, parts: dict, argv=None, uses_torch: bool = True, seeds: int |
     seeds: see parse_args.
     train_ahead: {part number: runs(args) -> (fn, [run, ...])}, the runs that part will ask
     runner.map for: they start now, before part 1, and train while the parts before it compute
-    (runner.py). Only faster: without it every line printed is the same.
+    (runner.py). Only faster: without it every line printed is the same; a run it names that no
+    part asks for is named on stderr when the parts are done.
     """
     args = parse_args(doc, parts.keys(), argv, seeds)
     if argv is not None:   # called from Python (a test): errors propagate as they are
@@ -320,3 +324,4 @@ def _run_parts(doc: str, parts: dict, args, uses_torch: bool, train_ahead: dict 
             # each part starts from the same state, whether run alone or not
             seed_everything(args.seed, uses_torch)
             parts[number](args)
+    runner.report_runs_never_asked_for()

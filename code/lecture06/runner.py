@@ -5,17 +5,21 @@ A lesson computes a batch of runs as `runner.map(fn, runs)`, which is `[fn(**run
 the same results in the same order. Everything below only makes that faster, and no lesson needs to
 read it:
 
-- Results are kept, keyed by the function and the run's arguments: a run asked for twice (by two
-  parts of a script, by two tests) is computed once. A run's result is plain data (numbers, arrays,
-  state dicts).
+- Plain data in: a run's arguments are numbers, strings, lists and dicts (what JSON writes; anything
+  else is refused with the argument's name), and its result is plain data too (numbers, arrays,
+  state dicts), so that nothing a worker computes shares state with the caller.
+- Results are kept by what was run: keyed by the function and the run's arguments, so a run asked
+  for twice (by two parts of a script, by two tests) is computed once.
 - `runner.start(fn, runs)` begins computing now; a later `map` of the same runs collects them.
-  common.main does this for the runs a script declares in START_EARLY, so that training overlaps the
-  parts printed before it. Without START_EARLY every output is the same, only later.
-- Up to WORKERS processes take queued runs side by side, one core each (LECTURE06_WORKERS=N sets how
-  many; 1: every run in this process, one after another), and the process that waits in `map`
-  computes the queued runs that no worker has taken yet, from the end of the queue, so that no core
-  idles. Every run computes on one thread (threads.py), so its result is the same bits wherever it
-  ran.
+  common.main starts the runs a script declares in `train_ahead` before part 1, so that training
+  overlaps the parts printed before it; without train_ahead every output is the same, only later.
+  When the parts are done, report_runs_never_asked_for names, in one line on stderr, any run
+  started ahead that no map asked for (a declaration that drifted from its part).
+- Up to LECTURE06_WORKERS processes (read when runs start; default one per available core) take
+  queued runs side by side, one core each; LECTURE06_WORKERS=1 computes every run in this process,
+  one after another (what a debugger needs). The process that waits in `map` computes the queued
+  runs that no worker has taken yet, from the end of the queue, so that no core idles. Every run
+  computes on one thread (threads.py), so its result is the same bits wherever it ran.
 - Workers start by fork where that is safe (Linux, from a process that runs one thread, as a script
   does until it starts any: a worker is ready in milliseconds and shares the modules already
   imported); elsewhere from a fresh server process (forkserver, Linux) or a fresh interpreter
@@ -51,7 +55,9 @@ def _available_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def _workers_from_environment() -> int:
+def workers_from_environment() -> int:
+    """LECTURE06_WORKERS, read when runs start (so a test or a caller may set it after importing
+    this module); unset: one per available core."""
     text = os.environ.get("LECTURE06_WORKERS")
     if text is None:
         return _available_cores()
@@ -59,9 +65,6 @@ def _workers_from_environment() -> int:
         raise SystemExit(f"LECTURE06_WORKERS={text!r}: it must be {_SUPPORTED}; unset it for one "
                          f"per core ({_available_cores()} here)")
     return int(text)
-
-
-WORKERS = _workers_from_environment()
 
 
 # ---- memory: glibc's allocator and the garbage collector -----------------------------------------
@@ -100,6 +103,7 @@ _changed = threading.Condition(_lock)
 _results = {}                     # key -> result (or _Failure)
 _queue = collections.deque()      # (key, target, run) that no process has taken yet
 _taken = {}                       # key -> (key, target, run) that a worker is computing
+_ahead = {}                       # key -> description: started by `start`, not yet asked for
 _pool = None
 _pool_size = 0
 
@@ -112,7 +116,23 @@ class _Failure:
 
 
 def _key(fn, run: dict) -> tuple:
-    return fn.__module__, fn.__qualname__, json.dumps(run, sort_keys=True, default=repr)
+    """What a result is kept under: the function and its arguments written as JSON, so that two
+    runs with equal arguments share one result. An argument JSON cannot write (a model, a numpy
+    integer) has no such key, and a stand-in for it (its repr) would miss silently: refused."""
+    for name, value in run.items():
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError) as error:
+            raise TypeError(f"runner: {fn.__qualname__}(..., {name}={value!r:.80}): {error}, so "
+                            "its result cannot be kept under its arguments. Pass plain data: "
+                            "numbers, strings, bools, None, and lists or dicts of them (int(n) "
+                            "for a numpy integer, the settings that build an object rather than "
+                            "the object)") from None
+    return fn.__module__, fn.__qualname__, json.dumps(run, sort_keys=True)
+
+
+def _described(fn, run: dict) -> str:
+    return f"{fn.__qualname__}({', '.join(f'{k}={v!r}' for k, v in run.items())})"
 
 
 def _target(fn) -> tuple:
@@ -193,9 +213,17 @@ def _finished(key: tuple, result):
 
 
 def start(fn, runs: list, workers: int | None = None):
-    """Begin computing fn(**run) for the runs not known yet, in up to `workers` processes (default
-    WORKERS); with one worker, nothing starts: map computes them in this process."""
-    workers = WORKERS if workers is None else workers
+    """Begin computing fn(**run) for the runs not known yet, in up to `workers` processes (default:
+    LECTURE06_WORKERS, read now); with one worker, nothing starts: map computes them in this
+    process. A later map of the same runs collects them; report_runs_never_asked_for names those
+    that none did."""
+    with _lock:
+        _ahead.update((_key(fn, run), _described(fn, run)) for run in runs)
+    _enqueue(fn, runs, workers)
+
+
+def _enqueue(fn, runs: list, workers: int | None):
+    workers = workers_from_environment() if workers is None else workers
     with _lock:
         known = set(_results) | set(_taken) | {key for key, _, _ in _queue}
         for run in runs:
@@ -214,7 +242,10 @@ def map(fn, runs: list, workers: int | None = None) -> list:
     """[fn(**run) for run in runs]: from the results kept, from the workers, or computed here."""
     runs = list(runs)
     keys = [_key(fn, run) for run in runs]
-    start(fn, runs, workers)
+    with _lock:
+        for key in keys:
+            _ahead.pop(key, None)
+    _enqueue(fn, runs, workers)
     waiting = _Status(len(set(keys)))
     while True:
         with _lock:
@@ -252,6 +283,23 @@ def forget():
     worker)."""
     with _lock:
         _results.clear()
+        _ahead.clear()
+
+
+def report_runs_never_asked_for():
+    """One line on stderr naming the runs `start` began that no `map` asked for since, and drop
+    those not begun yet. common.main calls it when a script's parts are done: such a run means a
+    script's train_ahead declares runs its part no longer asks for, so the part trains its own
+    runs later, and nothing overlaps (the output stays the same, which is why it must be said)."""
+    with _lock:
+        never = dict(_ahead)
+        _ahead.clear()
+        for item in [item for item in _queue if item[0] in never]:
+            _queue.remove(item)
+    if never:
+        sys.stderr.write(f"runner: {len(never)} run{'s' * (len(never) > 1)} started ahead but "
+                         f"never asked for (train_ahead differs from what its part passes to "
+                         f"runner.map): {'; '.join(never.values())}\n")
 
 
 def shutdown():
