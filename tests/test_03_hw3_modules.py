@@ -179,6 +179,14 @@ def test_encoder_decoder_generation_encodes_once_one_pass_per_token_and_stops_at
     assert cached.positions_computed == 55 and recomputed.positions_computed == 55 * 56 // 2
     assert g["same_tokens"] and g["max_logit_diff"] <= 1e-12
     assert g["training"]                                   # generate() switched dropout off and back
+    beam_cached, beam_recomputed = g["beam"][True]["generation"], g["beam"][False]["generation"]
+    assert g["num_beams"] == 4 and g["length_penalty"] == 0.6                   # the paper's
+    assert [run["encoder_calls"] for run in g["beam"].values()] == [1, 1]       # once per source
+    assert beam_cached.n_forward == beam_recomputed.n_forward == 55
+    assert beam_cached.positions_computed == 4 * 55                             # beams × steps
+    assert beam_recomputed.positions_computed == 4 * 55 * 56 // 2
+    assert all(n <= limit for n, limit in zip(beam_cached.lengths.tolist(), [55, 53]))
+    assert g["beam_same_tokens"] and g["beam_score_diff"] <= 1e-12
 
 
 def test_part6_prints_the_generation_and_the_parity_models_size(capsys):
@@ -189,9 +197,18 @@ def test_part6_prints_the_generation_and_the_parity_models_size(capsys):
     assert "differ by ≤ 1e-13: float64 rounding." in out and "MORE" not in out
     assert "add 64 parameters (= 4d = 64)" in out
     rows = {line.split("  ")[0]: line.split() for line in out.splitlines()
-            if line.startswith(("with the KV cache", "without (the whole prefix"))}
-    assert rows["with the KV cache"][-6:] == ["1", "55", "55", "55", "and", "53"]
-    assert rows["without (the whole prefix each pass)"][-6:] == ["1", "55", "1540", "55", "and", "53"]
+            if line.startswith(("greedy, ", "beam search, "))}
+    assert rows["greedy, with the KV cache"][-6:] == ["1", "55", "55", "55", "and", "53"]
+    assert (rows["greedy, without (the whole prefix each pass)"][-6:]
+            == ["1", "55", "1540", "55", "and", "53"])
+    beam = "beam search, 4 beams, α = 0.6, "
+    assert rows[beam + "with the KV cache"][-6:] == ["1", "55", "220", "55", "and", "53"]
+    assert (rows[beam + "without (the whole prefix each pass)"][-6:]
+            == ["1", "55", "6160", "55", "and", "53"])
+    assert "the encoder runs once per source" in out
+    assert "220 = 4 beams × 55 passes (equal), without it 6160 = 4·55·56/2 (equal)" in out
+    assert "stops by its source length + 50. The cache's search equals the recompute's: the same " \
+           "tokens, scores (sums of log p) differ by ≤ 1e-12." in out
     assert "The encoder runs once; the decoder makes one pass per generated token (55 passes" in out
     assert "each\nrow stops at its source length + 50 (5 + 50 = 55, 3 + 50 = 53)" in out
     assert "1540 = 55·56/2 (equal)" in out

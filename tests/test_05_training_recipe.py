@@ -340,7 +340,8 @@ def test_part_6s_models_are_part_5s_constant_lr_runs(averaging):
 
 @pytest.fixture(scope="module")
 def generations():
-    """Greedy and sampled text of part 6's model (400 steps) at 3 seeds, scored against the language."""
+    """Text of part 6's model (400 steps) at 3 seeds by every decoding rule, scored against the
+    language."""
     return m.generation_over_seeds(m.constant_lr_models((0, 1, 2)))
 
 
@@ -365,3 +366,51 @@ def test_greedy_text_repeats_sentences_more_than_the_language_and_sampling_at_ev
         g = q["greedy"]["repeated"]
         assert g >= q["language"]["repeated"] + 0.05 and g >= q["sampled"]["repeated"] + 0.05, q["seed"]
     assert min(generations["claims"]["repeats"]) > 0.05
+
+
+def test_beam_search_text_is_likelier_under_the_model_than_greedy_text_at_every_seed(generations):
+    """What beam search maximises: the model's own log p, higher than greedy's at every width; every
+    continuation has the same length, so the per-token means compare like the sums."""
+    for q in generations["per_seed"]:
+        for beam in m.BEAMS:
+            gain = q[beam]["model_log_p_per_token"] - q["greedy"]["model_log_p_per_token"]
+            assert gain >= m.GENERATION_TIPPING, (q["seed"], beam)
+    assert min(generations["claims"]["beam_likelier"]) > m.GENERATION_TIPPING
+
+
+def test_nucleus_text_derails_less_than_sampling_at_t_1_at_every_seed(generations):
+    assert min(generations["claims"]["nucleus_derails_less"]) > m.GENERATION_TIPPING
+    for q in generations["per_seed"]:
+        assert q["top-p 0.9"]["clean"] > q["sampled"]["clean"], q["seed"]
+
+
+def test_every_decoding_rule_is_scored_and_the_model_scores_the_language_too(generations):
+    for q in generations["per_seed"]:
+        assert set(m.DECODINGS) <= set(q) and m.BEAMS == ["beam 2", "beam 4, α = 0.6", "beam 8"]
+        for key in ("language", *m.DECODINGS):
+            assert q[key]["scored"] > 0 and 1 <= q[key]["distinct"] <= q["n_windows"], key
+            assert q[key]["model_log_p_per_token"] < 0, key
+        for key in ("sampled", "T = 0.7", "top-k 10", "top-p 0.9"):
+            # a prompt has one greedy continuation, sampling draws another for each window
+            assert q[key]["distinct"] > q["greedy"]["distinct"], key
+
+
+@pytest.mark.parametrize("margins, verdict", [([0.1, 0.2, 0.3], "holds"),
+                                              ([0.1, 0.2, -0.3], "mostly"),
+                                              ([-0.1, 0.2, -0.3], "fails")])
+def test_the_conclusion_is_worded_by_the_count(margins, verdict):
+    worded = m._worded(margins, "it holds", "it fails")
+    expected = {"holds": "it holds", "mostly": "mostly it holds", "fails": "it fails"}[verdict]
+    assert worded == expected
+
+
+def test_part_6_prints_every_decoding_rule_and_a_conclusion_its_counts_word(capsys):
+    m.print_generation_claims(dict(seeds=[0, 1], claims=dict(
+        fewer_forbidden=[0.1, 0.1], likelier=[0.1, 0.1], repeats=[0.1, 0.1],
+        beam_likelier=[0.1, 0.1], beam_repeats=[-0.1, -0.1], nucleus_derails_less=[0.1, -0.1])))
+    out = capsys.readouterr().out
+    assert ("beam 4 (the paper's) repeats its sentences more often than greedy text: 0 of 2 "
+            "seeds, does not hold here") in out
+    assert "beam search finds text the model finds likelier than greedy's, yet does not repeat " \
+           "itself more than greedy here" in out
+    assert "nucleus sampling does not derail less than sampling at T = 1 here." in out

@@ -549,13 +549,16 @@ GENERATION_SIZE = dict(D=16, h=4, n_layers=2, n_vocab=11)
 
 
 def encoder_decoder_generation(source_lengths=(5, 3), D: int = 16, h: int = 4, n_layers: int = 2,
-                               n_vocab: int = 11, seed: int = 0) -> dict:
+                               n_vocab: int = 11, seed: int = 0, num_beams: int = 4,
+                               length_penalty: float = 0.6) -> dict:
     """Greedy generation (notes §1.1, §7.6) from a random-init EncoderDecoder, with the KV cache and
     without it: encoder calls (counted by wrapping model.encode), decoder passes
     (Generation.n_forward), positions run through the decoder per row
     (Generation.positions_computed), tokens per row against generate()'s default limit of source
     length + 50, and the largest logit difference between the two. The sources are one batch, padded
-    to the longest: each row's limit follows its own length."""
+    to the longest: each row's limit follows its own length. Then the same for the paper's beam
+    search (num_beams hypotheses per row, length_penalty α; `beam`), and the largest difference of
+    its scores with and without the cache."""
     transformer.set_seed(seed)  # the weights too, not only the inputs
     longest = max(source_lengths)
     model = transformer.EncoderDecoder(n_vocab, D, h, n_layers=n_layers,
@@ -571,34 +574,46 @@ def encoder_decoder_generation(source_lengths=(5, 3), D: int = 16, h: int = 4, n
         return encode(*args, **kwargs)
     # the instance's attribute shadows the method for this model only
     model.encode = counted_encode
-    runs = {}
-    for use_cache in (True, False):
-        encoder_calls.clear()
-        generation = model.generate(src, src_pad, use_cache=use_cache)   # greedy; the default limit
-        runs[use_cache] = dict(generation=generation, encoder_calls=len(encoder_calls))
+    def both_ways(**decoding) -> dict:
+        runs = {}
+        for use_cache in (True, False):
+            encoder_calls.clear()
+            # the default limit
+            generation = model.generate(src, src_pad, use_cache=use_cache, **decoding)
+            runs[use_cache] = dict(generation=generation, encoder_calls=len(encoder_calls))
+        return runs
+    runs = both_ways()                                                   # greedy
+    beam = both_ways(num_beams=num_beams, length_penalty=length_penalty)
     cached, recomputed = runs[True]["generation"], runs[False]["generation"]
+    beam_cached, beam_recomputed = beam[True]["generation"], beam[False]["generation"]
     return dict(source_lengths=list(source_lengths), D=D, h=h, n_layers=n_layers, n_vocab=n_vocab,
                 limits=[n + 50 for n in source_lengths], runs=runs, training=model.training,
                 same_tokens=bool(np.array_equal(cached.tokens, recomputed.tokens)),
-                max_logit_diff=float(np.abs(cached.logits - recomputed.logits).max()))
+                max_logit_diff=float(np.abs(cached.logits - recomputed.logits).max()),
+                num_beams=num_beams, length_penalty=length_penalty, beam=beam,
+                beam_same_tokens=bool(np.array_equal(beam_cached.tokens, beam_recomputed.tokens)),
+                beam_score_diff=float(np.abs(beam_cached.scores - beam_recomputed.scores).max()))
 
 
 def show_generation(g: dict):
     lengths, limits = g["source_lengths"], g["limits"]
-    common.note(f"Greedy generation with generate()'s default limit, source length + 50: a "
+    common.note(f"Greedy generation and the paper's beam search with generate()'s default limit, "
+                f"source length + 50: a "
                 f"random-init model (d = {g['D']}, h = {g['h']}, {g['n_layers']} + {g['n_layers']} "
                 f"layers, V = {g['n_vocab']}),\n{len(lengths)} sources of "
                 f"{' and '.join(map(str, lengths))} tokens in one padded batch:")
     rows = []
-    for use_cache, label in ((True, "with the KV cache"),
-                             (False, "without (the whole prefix each pass)")):
-        run = g["runs"][use_cache]
-        generation = run["generation"]
-        rows.append([label, run["encoder_calls"], generation.n_forward,
-                     generation.positions_computed,
-                     " and ".join(map(str, generation.lengths.tolist()))])
+    beams = f"beam search, {g['num_beams']} beams, α = {g['length_penalty']:g}"
+    for runs, decoding in ((g["runs"], "greedy"), (g["beam"], beams)):
+        for use_cache, label in ((True, "with the KV cache"),
+                                 (False, "without (the whole prefix each pass)")):
+            run = runs[use_cache]
+            generation = run["generation"]
+            rows.append([f"{decoding}, {label}", run["encoder_calls"], generation.n_forward,
+                         generation.positions_computed,
+                         " and ".join(map(str, generation.lengths.tolist()))])
     common.table(rows, headers=["generation", "encoder calls", "decoder passes",
-                                "positions per row (summed over passes)",
+                                "positions per row (summed over passes, all beams)",
                                 "tokens generated per row"], disable_numparse=True)
     cached = g["runs"][True]["generation"]
     passes = cached.n_forward
@@ -616,6 +631,30 @@ def show_generation(g: dict):
         f"({limits_text}). Without the cache pass t recomputes t positions: {recomputed} = "
         f"{passes}·{passes + 1}/2 ({triangle}).\nThe cache's logits equal the recompute's: "
         f"max |Δ logits| {common.at_most(g['max_logit_diff'], 1e-12)}, {same} tokens.")
+    show_beam_counts(g)
+
+
+def show_beam_counts(g: dict):
+    """The beam-search rows of show_generation's table, counted as its greedy rows are."""
+    k, limits = g["num_beams"], g["limits"]
+    cached, recomputed = (g["beam"][use_cache]["generation"] for use_cache in (True, False))
+    passes = cached.n_forward
+    once = all(run["encoder_calls"] == 1 for run in g["beam"].values())
+    by_limit = all(n <= limit for n, limit in zip(cached.lengths.tolist(), limits))
+    beams_times_steps = "equal" if cached.positions_computed == k * passes else "NOT equal"
+    triangle = ("equal" if recomputed.positions_computed == k * passes * (passes + 1) // 2
+                else "NOT equal")
+    same = "the same" if g["beam_same_tokens"] else "NOT the same"
+    common.note(
+        f"The paper's beam search ({k} hypotheses per row, length penalty α = "
+        f"{g['length_penalty']:g}): the encoder runs {'once' if once else 'MORE than once'} per "
+        f"source (each beam reads a copy of its memory);\nwith the cache a pass computes one "
+        f"position per beam: {cached.positions_computed} = {k} beams × {passes} passes "
+        f"({beams_times_steps}), without it {recomputed.positions_computed} = "
+        f"{k}·{passes}·{passes + 1}/2 ({triangle}); every row\n"
+        f"{'stops' if by_limit else 'does NOT stop'} by its source length + 50. The cache's "
+        f"search equals the recompute's: {same} tokens, scores (sums of log p) differ by "
+        f"{common.at_most(g['beam_score_diff'], 1e-12)}.")
 
 
 def show_encoder_decoder(args):

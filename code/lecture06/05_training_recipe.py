@@ -853,23 +853,60 @@ def score_against_the_language(windows: np.ndarray, prompt_len: int) -> dict:
                 repeated=repeated / max(sentences, 1))
 
 
+# the decoding rules part 6 scores: generate()'s arguments; the sampled ones seeded by the model's
+# seed. Beam search's α only matters where hypotheses differ in length: here every one has n_new
+# tokens (no end token), so beam 4 at the paper's α = 0.6 ranks as it would at α = 0.
+DECODINGS = {"greedy": dict(),
+             "beam 2": dict(num_beams=2),
+             "beam 4, α = 0.6": dict(num_beams=4, length_penalty=0.6),
+             "beam 8": dict(num_beams=8),
+             "sampled": dict(sample=True, temperature=1.0),
+             "T = 0.7": dict(sample=True, temperature=0.7),
+             "top-k 10": dict(sample=True, top_k=10),
+             "top-p 0.9": dict(sample=True, top_p=0.9)}
+BEAMS = [name for name, rule in DECODINGS.items() if rule.get("num_beams", 1) > 1]
+
+
+def model_log_p_per_token(model: transformer.DecoderLM, windows: np.ndarray,
+                          prompt_len: int) -> float:
+    """The model's own mean log p per token of the windows' tokens after the prompt, one
+    teacher-forced pass (what beam search maximises, beside the language's true log p)."""
+    with no_grad():
+        logits = model(windows[:, :-1])
+        log_p = (logits - transformer.logsumexp(logits)).data     # (N, S - 1, V)
+    chosen = np.take_along_axis(log_p, windows[:, 1:, None], axis=-1)[..., 0]
+    return float(chosen[:, prompt_len - 1:].mean())
+
+
 def generation_quality(trained: city_train.TrainResult, seed: int, n_windows: int = 64,
                        prompt_len: int = 6) -> dict:
     """Continue the first sentence (<bos> NAME lives in CITY .) of n_windows test stories to SEQ_LEN
-    tokens with the float64 copy of a constant_lr_models result (trained at `seed`), greedy and
-    sampled (T = 1, rng seeded by `seed`), and score each text against the language; the test
-    windows' own continuations are the reference."""
+    tokens with the float64 copy of a constant_lr_models result (trained at `seed`) by every rule
+    of DECODINGS (sampling with an rng seeded by `seed`), and score each text against the language
+    and by the model's own log p per token; the test windows' own continuations are the
+    reference."""
     weights = trained.checkpoints[-1][1]
     ours = float64_copy(weights)
     test = city_lab.test_set()
     # (N, 32) from <bos>
     windows = np.concatenate([test.x, test.y[:, -1:]], axis=1)[:n_windows, :city_lab.SEQ_LEN]
     prompts, n_new = windows[:, :prompt_len], city_lab.SEQ_LEN - prompt_len
-    greedy = ours.generate(prompts, n_new)
-    sampled = ours.generate(prompts, n_new, sample=True, temperature=1.0,
-                            rng=np.random.default_rng(seed))
-    texts = {"greedy": np.concatenate([prompts, greedy.tokens], axis=1),
-             "sampled": np.concatenate([prompts, sampled.tokens], axis=1)}
+    # greedy decoding and beam search give a prompt one answer, whatever the rest of the batch
+    # (tests/test_beam_search.py): each distinct prompt is decoded once, then copied to its windows
+    distinct, copies = np.unique(prompts, axis=0, return_inverse=True)
+    texts, scores = {}, {}
+    for name, rule in DECODINGS.items():
+        if rule.get("sample"):
+            generation = ours.generate(prompts, n_new, rng=np.random.default_rng(seed), **rule)
+            tokens, generated_log_p = generation.tokens, generation.scores
+        else:
+            generation = ours.generate(distinct, n_new, **rule)
+            tokens, generated_log_p = (generation.tokens[copies.ravel()],
+                                       generation.scores[copies.ravel()])
+        texts[name] = np.concatenate([prompts, tokens], axis=1)
+        scores[name] = dict(score_against_the_language(texts[name], prompt_len),
+                            model_log_p_per_token=float(generated_log_p.mean() / n_new),
+                            distinct=len({tuple(row) for row in tokens}))
     original = city_train.build_model(**CITY_MODEL, seed=seed)
     original.load_state_dict(weights)
     with torch.no_grad():
@@ -880,10 +917,11 @@ def generation_quality(trained: city_train.TrainResult, seed: int, n_windows: in
     return dict(seed=seed, steps=trained.checkpoints[-1][0], excess=trained.final_excess,
                 n_windows=n_windows, prompt_len=prompt_len, n_new=n_new,
                 float32_vs_float64=float(np.abs(theirs - mine).max()),
-                language=score_against_the_language(windows, prompt_len),
-                greedy=score_against_the_language(texts["greedy"], prompt_len),
-                sampled=score_against_the_language(texts["sampled"], prompt_len), texts=texts,
-                greedy_distinct=len({tuple(row) for row in greedy.tokens}),
+                language=dict(score_against_the_language(windows, prompt_len),
+                              model_log_p_per_token=model_log_p_per_token(ours, windows,
+                                                                          prompt_len),
+                              distinct=len({tuple(row) for row in windows[:, prompt_len:]})),
+                **scores, texts=texts, greedy_distinct=scores["greedy"]["distinct"],
                 prompts_distinct=len({tuple(row) for row in prompts}))
 
 
@@ -895,7 +933,10 @@ def generation_over_seeds(models: dict, n_windows: int = 64) -> dict:
     """generation_quality of every model of constant_lr_models ({seed: TrainResult}), and each of
     part 6's claims as its margin at each seed (> 0 where it holds): greedy text has a smaller share
     of forbidden tokens than sampled text, a higher true log p per allowed token, and repeats its
-    sentences more often than both the language's own text and sampled text."""
+    sentences more often than both the language's own text and sampled text; beam search (every
+    width) writes text the model finds likelier per token than greedy's; the paper's beam 4
+    repeats its sentences more often than greedy; nucleus sampling (p = 0.9) has a smaller share of
+    forbidden tokens than sampling at T = 1."""
     seeds = list(models)
     per_seed = [generation_quality(models[seed], seed, n_windows=n_windows) for seed in seeds]
 
@@ -908,7 +949,15 @@ def generation_over_seeds(models: dict, n_windows: int = 64) -> dict:
                                     for q in per_seed],
                        "repeats": [q["greedy"]["repeated"] -
                                    max(q["language"]["repeated"], q["sampled"]["repeated"])
-                                   for q in per_seed]}}
+                                   for q in per_seed],
+                       "beam_likelier": [min(q[beam]["model_log_p_per_token"]
+                                             for beam in BEAMS)
+                                         - q["greedy"]["model_log_p_per_token"]
+                                         for q in per_seed],
+                       "beam_repeats": [q["beam 4, α = 0.6"]["repeated"] - q["greedy"]["repeated"]
+                                        for q in per_seed],
+                       "nucleus_derails_less": [forbidden(q["sampled"]) - forbidden(q["top-p 0.9"])
+                                                for q in per_seed]}}
 
 
 def _first_forbidden(window: np.ndarray, prompt_len: int) -> int | None:
@@ -1001,39 +1050,53 @@ def print_kv_cache_savings(s: dict):
 
 
 def print_generated_text(q: dict):
-    """One seed's generation_quality: the language's, greedy and sampled text scored, and one
-    window's continuations."""
+    """One seed's generation_quality: the language's text and every rule of DECODINGS scored, and
+    one window's continuations."""
     common.note("What the model writes, scored against the city language's exact distribution: the "
                 f"first sentence of {q['n_windows']} test stories\n(<bos> NAME lives in CITY .) "
                 f"continued by {q['n_new']} tokens. A token is allowed if p_true > 0; a window is "
                 "scored up to its first forbidden token\n(after it the story's state is "
-                f"undefined). Greedy and sampled rows: the model of seed {q['seed']}.")
+                f"undefined). Decoded rows: the model of seed {q['seed']}; sampling at T = 1 "
+                "unless the row says otherwise.")
     rows = []
-    for key, label in (("language", "the language (test windows)"),
-                       ("greedy", f"{common.KERNELS} greedy"),
-                       ("sampled", f"{common.KERNELS} sampled, T = 1")):
+    for key in ("language", *DECODINGS):
         r = q[key]
+        label = "the language (test windows)" if key == "language" else f"{common.KERNELS} {key}"
+        # the model's log p of the language's text: trained weights, so printed in a ⚙ line below
+        model_log_p = "below" if key == "language" else f"{r['model_log_p_per_token']:.3f}"
         rows.append([label, f"{r['scored']:,}", r["forbidden"], f"{r['allowed']:.4f}",
                      f"{r['clean']} / {r['windows']}", f"{r['log_p_per_token']:.3f}",
-                     f"{r['repeated']:.0%}"])
+                     f"{r['repeated']:.0%}", model_log_p, f"{r['distinct']} / {r['windows']}"])
     common.table(rows, headers=["text", "tokens scored", "forbidden", "fraction allowed",
                                 "windows with none forbidden", "true log p per allowed token",
-                                "sentences repeated"], disable_numparse=True)
+                                "sentences repeated", "model's log p per token",
+                                "distinct continuations"], disable_numparse=True)
+    common.note("Beam search's α = 0.6 ranks these texts as α = 0 would: with no end token every "
+                f"hypothesis has {q['n_new']} tokens, and lp divides them all alike.")
     common.kernel_note(f"the model: test excess {q['excess']:.0f} mnat/token; float64 copy vs "
                        "float32 original: log-probabilities differ by at most "
-                       f"{q['float32_vs_float64']:.0e}; {q['greedy_distinct']} distinct greedy "
-                       f"continuations of {q['prompts_distinct']} distinct prompts")
+                       f"{q['float32_vs_float64']:.0e}; {q['prompts_distinct']} distinct prompts; "
+                       "the model's log p per token of the language's text "
+                       f"{q['language']['model_log_p_per_token']:.3f}")
     # a derailment with some text before it
     example = next((b for b, text in enumerate(q["texts"]["sampled"])
                     if (_first_forbidden(text, q["prompt_len"]) or 0) >= q["prompt_len"] + 8), 0)
     common.kernel_note(f"window {example}, prompt:  "
                        f"{city_lab.decode(q['texts']['greedy'][example, 1:q['prompt_len']])}")
-    for key in ("greedy", "sampled"):
-        common.kernel_note(f"{key + ':':<8} {_marked(q['texts'][key][example], q['prompt_len'])}")
+    for key in ("greedy", "beam 4, α = 0.6", "sampled", "top-p 0.9"):
+        common.kernel_note(f"{key + ':':<16} {_marked(q['texts'][key][example], q['prompt_len'])}")
+
+
+def _worded(margins, holds: str, fails: str) -> str:
+    """A claim's conclusion as its count over the seeds words it: `holds` where common.verdict
+    says "holds", "mostly " + holds where it says "mostly", `fails` otherwise."""
+    verdict = common.verdict(common.holds(margins), len(margins))
+    return {"holds": holds, "mostly": f"mostly {holds}"}.get(verdict, fails)
 
 
 def print_generation_claims(over_seeds: dict):
-    """generation_over_seeds' claims, each counted over the seeds."""
+    """generation_over_seeds' claims, each counted over the seeds, and a conclusion worded by the
+    counts."""
     claims, seeds = over_seeds["claims"], over_seeds["seeds"]
     common.note(f"Over seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))} (each its own "
                 "model, its own sampling):")
@@ -1045,9 +1108,36 @@ def print_generation_claims(over_seeds: dict):
     common.count_line("greedy text repeats its sentences more often than the language's text and "
                       "sampled text",
                       claims["repeats"], GENERATION_TIPPING)
-    common.note("Sampling at T = 1 also draws the small probability the model leaves on impossible "
-                "tokens, and one of them derails the story;\ngreedy decoding avoids them and pays "
-                "in repetition.")
+    common.count_line(f"beam search ({', '.join(BEAMS)}) writes text the model finds likelier "
+                      "per token than greedy text",
+                      claims["beam_likelier"], GENERATION_TIPPING)
+    common.count_line("beam 4 (the paper's) repeats its sentences more often than greedy text",
+                      claims["beam_repeats"], GENERATION_TIPPING)
+    common.count_line("top-p 0.9 text has a smaller share of forbidden tokens than sampled text "
+                      "(T = 1)",
+                      claims["nucleus_derails_less"], GENERATION_TIPPING)
+    greedy = _worded(claims["fewer_forbidden"],
+                     "greedy decoding avoids the impossible tokens sampling at T = 1 draws",
+                     "greedy decoding does not avoid impossible tokens better than sampling here")
+    repeats = _worded(claims["repeats"], "pays in repetition",
+                      "does not pay in more repetition here")
+    beam = _worded(claims["beam_likelier"],
+                   "beam search finds text the model finds likelier than greedy's",
+                   "beam search does not find text the model finds likelier than greedy's here")
+    beam_repeats = _worded(claims["beam_repeats"],
+                           "and repeats itself more (the degeneration Holtzman et al. describe)",
+                           "yet does not repeat itself more than greedy here")
+    nucleus = _worded(claims["nucleus_derails_less"],
+                      "nucleus sampling derails less than sampling at T = 1, cutting the tail of "
+                      "small probabilities",
+                      "nucleus sampling does not derail less than sampling at T = 1 here")
+    conclusion = f"So: {greedy} and {repeats}; {beam}, {beam_repeats};\n{nucleus}."
+    # its wording reads the counts: as sure as the least sure of them
+    if all(min(abs(x) for x in margins) > GENERATION_TIPPING for margins in claims.values()):
+        common.note(conclusion)
+    else:
+        common.kernel_note(conclusion)
+
 
 
 SEEDS = 5   # the default of --seeds: how many seeds a training claim is counted over
