@@ -345,43 +345,32 @@ def generations():
     return m.generation_over_seeds(m.constant_lr_models((0, 1, 2)))
 
 
-def test_greedy_text_has_fewer_forbidden_tokens_than_sampled_text_at_every_seed(generations):
-    for q in generations["per_seed"]:   # seeds 0-4 measured: greedy 0.984-0.996 allowed, sampled 0.886-0.966
-        g, s = q["greedy"], q["sampled"]
-        assert q["language"]["allowed"] == 1.0
-        assert g["allowed"] >= s["allowed"] + 0.01, (q["seed"], g, s)
-        assert g["clean"] >= s["clean"] + 10, (q["seed"], g, s)              # of 64 windows
-        assert g["allowed"] >= 0.97 and s["allowed"] >= 0.85, (q["seed"], g, s)
-    assert min(generations["claims"]["fewer_forbidden"]) > 0.01
+@pytest.fixture(scope="module")
+def generations_over_ten():
+    """The same over seeds 0-9 (part 5's constant-lr runs of averaging_over_seeds, kept by the runner)."""
+    return m.generation_over_seeds(m.constant_lr_models(CLAIM_SEEDS))
 
 
-def test_greedy_text_is_likelier_per_token_than_sampled_text_at_every_seed(generations):
-    for q in generations["per_seed"]:
-        assert q["greedy"]["log_p_per_token"] >= q["sampled"]["log_p_per_token"] + 0.01, q["seed"]
-    assert min(generations["claims"]["likelier"]) > 0.01
+@pytest.mark.seeds
+def test_greedy_text_derails_less_is_likelier_and_repeats_more_than_sampled_text_at_most_seeds(
+        generations_over_ten):
+    """Measured over seeds 0-9: each at 10 of 10 (greedy 0.98-1.00 of its tokens allowed, sampled 0.89-0.97);
+    asserted at >= 8 of 10 (1% at a true rate of 0.95)."""
+    claims = generations_over_ten["claims"]
+    for key in ("fewer_forbidden", "likelier", "repeats"):
+        assert common.holds(claims[key]) >= 8, key
+    assert all(q["language"]["allowed"] == 1.0 for q in generations_over_ten["per_seed"])
 
 
-def test_greedy_text_repeats_sentences_more_than_the_language_and_sampling_at_every_seed(generations):
-    for q in generations["per_seed"]:
-        g = q["greedy"]["repeated"]
-        assert g >= q["language"]["repeated"] + 0.05 and g >= q["sampled"]["repeated"] + 0.05, q["seed"]
-    assert min(generations["claims"]["repeats"]) > 0.05
-
-
-def test_beam_search_text_is_likelier_under_the_model_than_greedy_text_at_every_seed(generations):
-    """What beam search maximises: the model's own log p, higher than greedy's at every width; every
-    continuation has the same length, so the per-token means compare like the sums."""
-    for q in generations["per_seed"]:
-        for beam in m.BEAMS:
-            gain = q[beam]["model_log_p_per_token"] - q["greedy"]["model_log_p_per_token"]
-            assert gain >= m.GENERATION_TIPPING, (q["seed"], beam)
-    assert min(generations["claims"]["beam_likelier"]) > m.GENERATION_TIPPING
-
-
-def test_nucleus_text_derails_less_than_sampling_at_t_1_at_every_seed(generations):
-    assert min(generations["claims"]["nucleus_derails_less"]) > m.GENERATION_TIPPING
-    for q in generations["per_seed"]:
-        assert q["top-p 0.9"]["clean"] > q["sampled"]["clean"], q["seed"]
+@pytest.mark.seeds
+def test_beam_search_is_likelier_under_the_model_and_nucleus_derails_less_at_most_seeds(generations_over_ten):
+    """Beam search maximises the model's own log p: likelier than greedy at every width at 10 of 10; nucleus
+    sampling (p = 0.9) derails less than T = 1 at 10 of 10; both asserted at >= 8 of 10. The paper's beam 4
+    repeats its sentences more than greedy at 1 of 10: asserted at <= 4 (0.16% at a true rate of 0.1)."""
+    claims = generations_over_ten["claims"]
+    assert common.holds(claims["beam_likelier"]) >= 8
+    assert common.holds(claims["nucleus_derails_less"]) >= 8
+    assert common.holds(claims["beam_repeats"]) <= 4
 
 
 def test_every_decoding_rule_is_scored_and_the_model_scores_the_language_too(generations):
