@@ -1,7 +1,9 @@
-"""Shared test setup: `load_script("01_attention")` imports a numbered script (names start with a digit,
-so no plain import). pytest.ini puts code/lecture06 on the path; `paths` adds lecture 5's code. How the suite
-shares the machine (xdist groups, worker counts, garbage collection) is tests/scheduling.py's business."""
-import threads  # noqa: F401  (first: one BLAS thread, set before any test module loads numpy, as in the scripts)
+"""Shared test setup: `load_script("01_attention")` imports a numbered script (names start with a
+digit, so no plain import). pytest.ini puts code/lecture06 on the path; `paths` adds lecture 5's
+code. How the suite shares the machine (xdist groups, worker counts, garbage collection) is
+tests/scheduling.py's business."""
+# first: one BLAS thread, set before any test module loads numpy, as in the scripts
+import threads  # noqa: F401
 
 import importlib.util
 import os

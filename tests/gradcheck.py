@@ -16,8 +16,8 @@ from tensor import Tensor
 H = 1e-4          # rounding ~eps/h ~ 2e-12; truncation ~h⁴ ~ 1e-16
 RTOL = 1e-6
 # tensor.py's 16 primitive kinds, as its op counter names them
-PRIMITIVES = {"add", "sub", "mul", "div", "neg", "exp", "log", "sigmoid", "relu", "matmul", "sum", "max", "view",
-              "permute", "contiguous", "embedding"}
+PRIMITIVES = {"add", "sub", "mul", "div", "neg", "exp", "log", "sigmoid", "relu", "matmul", "sum",
+              "max", "view", "permute", "contiguous", "embedding"}
 
 
 def leaf(shape, layout="contiguous", seed=0, low=None, high=None):
@@ -28,7 +28,8 @@ def leaf(shape, layout="contiguous", seed=0, low=None, high=None):
         data = draw(shape)
     else:
         data = draw(shape[::-1]).T                  # reversed axes: strides run backwards
-        if data.flags["C_CONTIGUOUS"] and data.size > 1:  # 1-D or size-1 axes: every other element instead
+        # 1-D or size-1 axes: every other element instead
+        if data.flags["C_CONTIGUOUS"] and data.size > 1:
             data = draw(tuple(2 * s for s in shape))[tuple(slice(None, None, 2) for _ in shape)]
     t = Tensor(data, requires_grad=True)
     assert t.is_contiguous() == (layout == "contiguous" or t.data.size <= 1)
@@ -42,7 +43,8 @@ def relative_error(analytic: np.ndarray, numeric: np.ndarray, floor: float) -> f
 
 
 def check_gradients(f, leaves, rtol: float = RTOL, seed: int = 0):
-    """Assert every element's analytic gradient matches central differences; returns the worst error.
+    """Assert every element's analytic gradient matches
+    central differences; returns the worst error.
 
     Rounding limits the difference to about 1.5·eps·max|f·R|/h absolute, so gradients smaller than
     that over rtol (the floor, ~1e-5·max|f·R|) are compared with that absolute tolerance instead.
@@ -54,7 +56,8 @@ def check_gradients(f, leaves, rtol: float = RTOL, seed: int = 0):
         np.random.default_rng(seed + 1).choice([-1.0, 1.0], out.shape)
     out.backward(weights)
 
-    floor = 6 * np.finfo(np.float64).eps * max(float(np.max(np.abs(out.data * weights))), 1e-300) / (H * rtol)
+    floor = (6 * np.finfo(np.float64).eps * max(float(np.max(np.abs(out.data * weights))), 1e-300)
+             / (H * rtol))
 
     def shifted(leaf, index, step):
         old = leaf.data[index]
@@ -66,14 +69,15 @@ def check_gradients(f, leaves, rtol: float = RTOL, seed: int = 0):
     worst = 0.0
     for k, leaf in enumerate(leaves):
         assert leaf.grad is not None, f"leaf {k} of shape {leaf.shape} received no gradient"
-        assert leaf.grad.shape == leaf.shape, f"leaf {k}: grad shape {leaf.grad.shape} != {leaf.shape}"
+        assert leaf.grad.shape == leaf.shape, \
+            f"leaf {k}: grad shape {leaf.grad.shape} != {leaf.shape}"
         numeric = np.empty(leaf.shape)
         for index in np.ndindex(*leaf.shape):
             near = shifted(leaf, index, H) - shifted(leaf, index, -H)
             far = shifted(leaf, index, 2 * H) - shifted(leaf, index, -2 * H)
             numeric[index] = np.sum((8 * near - far) * weights) / (12 * H)
         error = relative_error(leaf.grad, numeric, floor)
-        assert error <= rtol, (f"leaf {k} of shape {leaf.shape}: relative error {error:.2e} > {rtol:.0e}\n"
-                               f"analytic\n{leaf.grad}\nnumeric\n{numeric}")
+        assert error <= rtol, (f"leaf {k} of shape {leaf.shape}: relative error {error:.2e} > "
+                               f"{rtol:.0e}\nanalytic\n{leaf.grad}\nnumeric\n{numeric}")
         worst = max(worst, error)
     return worst

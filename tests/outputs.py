@@ -4,9 +4,9 @@
 fresh quick run of every script; nobody edits those files by hand. The comparison keeps every
 unmarked line as printed, every digit of it (runs of spaces folded to one, table rules to one dash:
 a rule's width follows the widest cell, which may be a ⚙ one), and drops lines marked ⏱ (wall-clock
-times) or ⚙ (digits that depend on the CPU's float kernels; the scripts' tests assert what those lines
-show, over several seeds). So a digit of an unmarked line that moves under other kernels fails it: a
-rounding-level value prints as a bound that holds ("≤ 1e-14") or carries ⚙.
+times) or ⚙ (digits that depend on the CPU's float kernels; the scripts' tests assert what those
+lines show, over several seeds). So a digit of an unmarked line that moves under other kernels fails
+it: a rounding-level value prints as a bound that holds ("≤ 1e-14") or carries ⚙.
 """
 from __future__ import annotations
 
@@ -33,7 +33,8 @@ def script_id(path: str) -> str:
 
 
 def _quick_argv(path: str, seed: int, part: int | None) -> list[str]:
-    return [path, "--quick", "--no-figures", "--seed", str(seed)] + ([] if part is None else ["--part", str(part)])
+    return [path, "--quick", "--no-figures", "--seed", str(seed)] + ([] if part is None
+                                                                     else ["--part", str(part)])
 
 
 # runner.report_runs_never_asked_for's words: a script whose train_ahead drifted from its part
@@ -53,9 +54,10 @@ def _check_runs_ahead(path: str, stderr: str):
 
 def run_quick(path: str, seed: int = 0, env: dict | None = None, part: int | None = None) -> str:
     """The script's stdout from `--quick --no-figures --seed SEED [--part PART]`, run from a foreign
-    directory, with `env` added to the environment (e.g. other float kernels: ATEN_CPU_CAPABILITY=default)."""
-    result = subprocess.run([sys.executable] + _quick_argv(path, seed, part), capture_output=True, text=True,
-                            cwd="/", timeout=TIMEOUT, env={**os.environ, **(env or {})})
+    directory, with `env` added to the environment (e.g. other float kernels:
+    ATEN_CPU_CAPABILITY=default)."""
+    result = subprocess.run([sys.executable] + _quick_argv(path, seed, part), capture_output=True,
+                            text=True, cwd="/", timeout=TIMEOUT, env={**os.environ, **(env or {})})
     if result.returncode != 0:
         raise _failed(path, result.returncode, result.stderr)
     _check_runs_ahead(path, result.stderr)
@@ -66,9 +68,10 @@ _preloaded = {}   # environment -> its tests/preloaded.py process
 
 
 def run_quick_preloaded(path: str, env: dict, seed: int = 0) -> str:
-    """run_quick(path, seed, env), forked from a process that imported numpy and torch in that environment
-    (tests/preloaded.py, one per environment and pytest process): the same output for ~5 s less CPU per run.
-    Where fork is not safe with torch loaded (macOS, Windows) it is run_quick."""
+    """run_quick(path, seed, env), forked from a process that imported numpy and torch in that
+    environment (tests/preloaded.py, one per environment and pytest process): the same output for ~5
+    s less CPU per run. Where fork is not safe with torch loaded (macOS, Windows) it is
+    run_quick."""
     if not sys.platform.startswith("linux"):
         return run_quick(path, seed, env)
     key = tuple(sorted(env.items()))
@@ -76,17 +79,20 @@ def run_quick_preloaded(path: str, env: dict, seed: int = 0) -> str:
     if server is None or server.poll() is not None:
         server = _preloaded[key] = subprocess.Popen(
             [sys.executable, PRELOADED], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-            env={**os.environ, **env}, start_new_session=True)   # a session: a timeout kills it and its child
+            # a session: a timeout kills it and its child
+            env={**os.environ, **env}, start_new_session=True)
     with tempfile.TemporaryDirectory() as tmp:
         out, err = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
-        server.stdin.write(json.dumps(dict(argv=_quick_argv(path, seed, None), stdout=out, stderr=err)) + "\n")
+        server.stdin.write(json.dumps(dict(argv=_quick_argv(path, seed, None), stdout=out,
+                                           stderr=err)) + "\n")
         server.stdin.flush()
         if not select.select([server.stdout], [], [], TIMEOUT)[0]:
             os.killpg(server.pid, signal.SIGKILL)
             raise TimeoutError(f"{os.path.basename(path)} --quick did not finish in {TIMEOUT} s")
         answer = server.stdout.readline()
         if not answer:
-            raise RuntimeError(f"tests/preloaded.py died (exit {server.wait()}) running {os.path.basename(path)}")
+            raise RuntimeError(f"tests/preloaded.py died (exit {server.wait()}) running "
+                               f"{os.path.basename(path)}")
         with open(out, encoding="utf-8") as f_out, open(err, encoding="utf-8") as f_err:
             stdout, stderr = f_out.read(), f_err.read()
     if int(answer) != 0:
@@ -106,19 +112,20 @@ def portable(text: str) -> list[str]:
 
 
 def normalise(text: str) -> str:
-    """The portable lines (⏱ and ⚙ ones dropped) as printed, runs of spaces folded to one and table rules
-    to one dash."""
+    """The portable lines (⏱ and ⚙ ones dropped) as printed,
+    runs of spaces folded to one and table rules to one dash."""
     lines = []
     for line in portable(text):
-        if set(line) <= set("- "):   # a table's rule: its widths follow the (⚙) cells, not what it says
+        # a table's rule: its widths follow the (⚙) cells, not what it says
+        if set(line) <= set("- "):
             line = re.sub(r"-+", "-", line)
         lines.append(re.sub(r"[ \t]+", " ", line).rstrip())
     return "\n".join(lines) + "\n"
 
 
 def prints_number(number: str, text: str) -> bool:
-    """Whether `number` ("37.52", "63,082,496") appears in text as a whole number: "37.5" is not found
-    in "37.52", nor "624" in "1,624" or "6.24"."""
+    """Whether `number` ("37.52", "63,082,496") appears in text as a whole number: "37.5" is not
+    found in "37.52", nor "624" in "1,624" or "6.24"."""
     return re.search(rf"(?<![\w.,]){re.escape(number)}(?![\w]|[.,]\d)", text) is not None
 
 
@@ -147,5 +154,6 @@ def update():
 
 if __name__ == "__main__":
     if sys.argv[1:] != ["--update"]:
-        sys.exit("usage: python tests/outputs.py --update   (rewrites tests/golden/ from fresh quick runs)")
+        sys.exit("usage: python tests/outputs.py --update   "
+                 "(rewrites tests/golden/ from fresh quick runs)")
     update()

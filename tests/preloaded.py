@@ -1,9 +1,9 @@
-"""Runs scripts as `python SCRIPT ARGS` would, each in a child forked from this process, which imported numpy
-and torch (and torch._dynamo, which torch.optim imports on first use) once: about 5 s of CPU that every fresh
-process pays again. tests/outputs.py starts one of these per environment and sends it one job per line,
-{"argv": [script, args...], "stdout": file, "stderr": file}; it answers each with the child's exit status.
-numpy and torch read their environment (float kernels, threads) as they load, so every child runs in the
-environment this process was started with.
+"""Runs scripts as `python SCRIPT ARGS` would, each in a child forked from this process, which
+imported numpy and torch (and torch._dynamo, which torch.optim imports on first use) once: about 5 s
+of CPU that every fresh process pays again. tests/outputs.py starts one of these per environment and
+sends it one job per line, {"argv": [script, args...], "stdout": file, "stderr": file}; it answers
+each with the child's exit status. numpy and torch read their environment (float kernels, threads)
+as they load, so every child runs in the environment this process was started with.
 """
 import json
 import os
@@ -17,12 +17,14 @@ import torch._dynamo  # noqa: F401
 
 
 def run(argv: list, stdout: str, stderr: str) -> int:
-    """In the child: the script as __main__, started from the root directory, its output into the two files."""
+    """In the child: the script as __main__, started from
+    the root directory, its output into the two files."""
     for fd, name in ((1, stdout), (2, stderr)):
         os.dup2(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
     os.chdir("/")
     sys.argv = list(argv)
-    sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))   # as for `python SCRIPT`: the script's directory
+    # as for `python SCRIPT`: the script's directory
+    sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
     try:
         runpy.run_path(argv[0], run_name="__main__")
         code = 0

@@ -11,7 +11,7 @@ from conftest import load_script
 m = load_script("01_attention")
 
 
-# ---- Part 1 · §2.1 (S2.1-a, S2.1-b) ----------------------------------------------------------------
+# ---- Part 1 · §2.1 (S2.1-a, S2.1-b) --------------------------------------------------------------
 def test_soft_lookup_matches_the_notes():
     r = m.soft_lookup()
     outputs = [row["output"] for row in r["rows"]]
@@ -29,27 +29,31 @@ def test_soft_lookup_names_the_key_it_moves_to_from_the_result():
     r = m.soft_lookup()
     assert (r["best_key"], r["best_value"]) == (2, 20.0) and r["approaches"]
     assert r["distances"][-1] < 1e-3 < r["distances"][0]
-    other = m.soft_lookup(query=(0.9, 0.1, 0.3, 0.0))          # key 1 scores highest: the sentence follows
-    assert (other["best_key"], other["best_value"]) == (1, 10.0) and abs(other["rows"][-1]["output"] - 10) < 1e-3
+    other = m.soft_lookup(query=(0.9, 0.1, 0.3, 0.0))  # key 1 scores highest: the sentence follows
+    assert ((other["best_key"], other["best_value"]) == (1, 10.0)
+            and abs(other["rows"][-1]["output"] - 10) < 1e-3)
 
 
 def test_part1_prints_the_computed_conclusion(capsys):
     m.show_soft_lookup(argparse.Namespace(quick=True, seed=0, figures=None))
     out = capsys.readouterr().out
-    assert "moves from 23.795 (scale 1) to 20.000 (scale 64), closer at every scale to key 2's value, 20" in out
+    assert ("moves from 23.795 (scale 1) to 20.000 (scale 64), closer at every scale to key 2's "
+            "value, 20") in out
 
 
 def test_soft_lookup_uses_raw_dot_products():
-    """Any constant shift of the query gives the same weights (a softmax ignores it); the one-hot e₂ does not give 23.795."""
+    """Any constant shift of the query gives the same weights (a
+    softmax ignores it); the one-hot e₂ does not give 23.795."""
     shifted = m.soft_lookup(query=(0.2, 1.0, 0.4, 0.1))["rows"][0]["output"]
     assert abs(shifted - m.soft_lookup()["rows"][0]["output"]) < 1e-12
     assert abs(m.soft_lookup(query=(0, 1, 0, 0))["rows"][0]["output"] - 23.498) < 5e-4
 
 
-# ---- Part 2 · §2.2 (S2.2-a, S2.2-b, S2.2-c, Ex1) -----------------------------------------------------
+# ---- Part 2 · §2.2 (S2.2-a, S2.2-b, S2.2-c, Ex1) -------------------------------------------------
 @pytest.fixture(scope="module")
 def scaling():
-    return m.score_scaling(trials=1000)   # the script's d = 4..1024 and 32 keys; half its 2000 trials, for speed
+    # the script's d = 4..1024 and 32 keys; half its 2000 trials, for speed
+    return m.score_scaling(trials=1000)
 
 
 def test_score_variance_grows_as_d(scaling):
@@ -59,17 +63,20 @@ def test_score_variance_grows_as_d(scaling):
 
 
 def test_exercise_1_std_at_d_256(scaling):
-    """The std of q·k at d = 256 is √d = 16, and 1 after /√d. The sample variance of n = trials × keys
-    scores (each a sum of 256 products of unit normals, so nearly normal) has a relative standard error
-    of about √(2/n + 2/(d·trials)) (the second term: the keys of one trial share their query, whose
-    ‖q‖² varies by √(2/d)); a std half that. 4 of those is a tolerance a wrong scaling cannot meet."""
+    """The std of q·k at d = 256 is √d = 16, and 1 after /√d. The sample variance of n = trials ×
+    keys scores (each a sum of 256 products of unit normals, so nearly normal) has a relative
+    standard error of about √(2/n + 2/(d·trials)) (the second term: the keys of one trial share
+    their query, whose ‖q‖² varies by √(2/d)); a std half that. 4 of those is a tolerance a wrong
+    scaling cannot meet."""
     d = 256
     row = next(row for row in scaling["rows"] if row["d"] == d)
     n = scaling["trials"] * scaling["n_keys"]
-    tolerance = 4 * math.sqrt(2 / n + 2 / (d * scaling["trials"])) / 2   # 4 standard errors, relative
+    # 4 standard errors, relative
+    tolerance = 4 * math.sqrt(2 / n + 2 / (d * scaling["trials"])) / 2
     assert abs(math.sqrt(row["raw"]["var"]) / 16 - 1) < tolerance
     assert abs(math.sqrt(row["scaled"]["var"]) - 1) < tolerance
-    assert row["scaled"]["var"] == pytest.approx(row["raw"]["var"] / 256, rel=1e-12)   # the same scores /√d
+    # the same scores /√d
+    assert row["scaled"]["var"] == pytest.approx(row["raw"]["var"] / 256, rel=1e-12)
 
 
 def test_raw_scores_saturate_scaled_do_not(scaling):
@@ -77,7 +84,7 @@ def test_raw_scores_saturate_scaled_do_not(scaling):
     raw_max = [row["raw"]["max_weight"] for row in rows]
     scaled_max = [row["scaled"]["max_weight"] for row in rows]
     assert all(a < b for a, b in zip(raw_max, raw_max[1:]))
-    assert 0.25 < raw_max[0] < 0.45 and raw_max[-1] > 0.9            # independently computed: 0.35 ... 0.95
+    assert 0.25 < raw_max[0] < 0.45 and raw_max[-1] > 0.9  # independently computed: 0.35 ... 0.95
     assert all(0.13 < w < 0.20 for w in scaled_max) and max(scaled_max) / min(scaled_max) < 1.15
     raw_entropy = [row["raw"]["entropy"] for row in rows]
     assert all(a > b for a, b in zip(raw_entropy, raw_entropy[1:]))
@@ -89,20 +96,22 @@ def test_jacobian_vanishes_for_raw_scores_only(scaling):
     raw = [row["raw"]["jacobian"] for row in scaling["rows"]]
     scaled = [row["scaled"]["jacobian"] for row in scaling["rows"]]
     assert all(a > b for a, b in zip(raw[1:], raw[2:]))               # falls from d = 16 on
-    assert raw[-1] < 0.3 * raw[0] and 0.04 < raw[-1] < 0.09          # independently computed: 0.29 -> 0.06
-    assert max(scaled) / min(scaled) < 1.1 and 0.2 < scaled[0] < 0.28  # independently computed: ≈ 0.24 flat
+    assert raw[-1] < 0.3 * raw[0] and 0.04 < raw[-1] < 0.09  # independently computed: 0.29 -> 0.06
+    # independently computed: ≈ 0.24 flat
+    assert max(scaled) / min(scaled) < 1.1 and 0.2 < scaled[0] < 0.28
 
 
 def test_softmax_jacobian_is_zero_at_one_hot_and_matches_finite_differences():
     assert np.array_equal(m.softmax_jacobian(np.eye(5)[2]), np.zeros((5, 5)))
     scores = np.array([0.3, -1.2, 2.0, 0.5])
     h = 1e-6
-    numeric = np.stack([(m.softmax(scores + h * e) - m.softmax(scores - h * e)) / (2 * h) for e in np.eye(4)],
+    numeric = np.stack([(m.softmax(scores + h * e) - m.softmax(scores - h * e)) / (2 * h)
+                        for e in np.eye(4)],
                        axis=1)
     assert np.abs(m.softmax_jacobian(m.softmax(scores)) - numeric).max() < 1e-9
 
 
-# ---- Part 3 · §2.3 (S2.3-a, S2.3-b, S2.3-c, Ex2) -----------------------------------------------------
+# ---- Part 3 · §2.3 (S2.3-a, S2.3-b, S2.3-c, Ex2) -------------------------------------------------
 def test_causal_mask_and_weights():
     r = m.causal_mask()
     mask, above = r["mask"], np.triu(np.ones((5, 5), dtype=bool), k=1)
@@ -131,7 +140,7 @@ def test_replacing_token_j_changes_nothing_before_j(seed):
         assert (change[j:] > 1e-6).all()
 
 
-# ---- Part 4 · §2.4 (S2.4-a..d) ------------------------------------------------------------------------
+# ---- Part 4 · §2.4 (S2.4-a..d) -------------------------------------------------------------------
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_permutation_equivariance_and_the_contrast_pair(seed):
     r = m.permutation(seed=seed)
@@ -139,7 +148,8 @@ def test_permutation_equivariance_and_the_contrast_pair(seed):
     assert not np.array_equal(r["perm"], np.arange(9))
     assert r["shuffle_error"] <= 1e-14
     assert max(r["pooled"]["no positions"]) <= 1e-15                 # both norms, rounding level
-    for name in ("learned positions", "no positions, causal mask"):    # a causal mask is not equivariant either
+    # a causal mask is not equivariant either
+    for name in ("learned positions", "no positions, causal mask"):
         max_abs, l2 = r["pooled"][name]
         assert max_abs >= 1e-2 and max_abs <= l2 <= 4 * max_abs        # ‖Δ‖∞ ≤ ‖Δ‖₂ ≤ √16 ‖Δ‖∞
 
@@ -150,44 +160,49 @@ def ten_seeds():
 
 
 def test_contrast_pair_over_ten_seeds(ten_seeds):
-    """S2.4-b/c over the script's 10 seeds: rounding level without positions on every seed (digits move
-    with the BLAS, the ceiling does not: OPENBLAS_CORETYPE=Sandybridge gives at most 5.2e-16), the notes'
-    scale (0.084, norm unnamed) with learned positions."""
+    """S2.4-b/c over the script's 10 seeds: rounding level without positions on every seed (digits
+    move with the BLAS, the ceiling does not: OPENBLAS_CORETYPE=Sandybridge gives at most 5.2e-16),
+    the notes' scale (0.084, norm unnamed) with learned positions."""
     r = ten_seeds
     assert r["seeds"] == list(range(10)) and len(r["runs"]) == 10
     assert all(max(run["pooled"]["no positions"]) <= 1e-15 for run in r["runs"])
     assert r["shuffle_error"] <= 1e-14
     for norm in ("max", "l2"):
         s = r["spread"]["learned positions", norm]
-        assert s["values"] == [run["pooled"]["learned positions"][norm == "l2"] for run in r["runs"]]
+        assert s["values"] == [run["pooled"]["learned positions"][norm == "l2"]
+                               for run in r["runs"]]
         assert s["min"] <= s["median"] <= s["max"] and s["median"] == float(np.median(s["values"]))
-        assert s["min"] > 1e-2 and 0.03 <= s["median"] <= 0.25       # ≫ rounding; the notes' 0.084 is this scale
+        # ≫ rounding; the notes' 0.084 is this scale
+        assert s["min"] > 1e-2 and 0.03 <= s["median"] <= 0.25
     assert r["runs"][0]["pooled"] == m.permutation(seed=0)["pooled"]
 
 
-# ---- Part 5 · §1.2 (S1.2-a, S1.2-b, S1.2-d, S1.2-e, S11-a) -------------------------------------------------------
+# ---- Part 5 · §1.2 (S1.2-a, S1.2-b, S1.2-d, S1.2-e, S11-a) ---------------------------------------
 def test_rnn_vs_attention_counts():
     d = 512
     r = m.rnn_vs_attention(d=d, lengths=(0, 512, 1024, 2048, 4096, 8192), timed=(32,), repeats=1)
     rows = {row["n"]: row for row in r["rows"]}
-    assert rows[0]["attention"] / rows[0]["rnn"] == 2.0                 # the projections alone: 8d² vs 4d²
+    assert rows[0]["attention"] / rows[0]["rnn"] == 2.0  # the projections alone: 8d² vs 4d²
     assert [rows[n]["ratio"] for n in (512, 1024, 2048, 4096, 8192)] == [3.0, 4.0, 6.0, 10.0, 18.0]
     for n, row in rows.items():
         assert row["rnn"] == 4 * d * d and row["attention"] == 8 * d * d + 4 * n * d
         assert row["ratio"] == 2 + n / d and (row["ratio"] >= 10) == (n >= 8 * d)
-        assert (row["rnn_steps"], row["attention_steps"], row["rnn_path"], row["attention_path"]) == (n, 1, n, 1)
-    timing = r["timings"][0]                  # measured, printed with ⏱, never compared with the notes
+        assert (row["rnn_steps"], row["attention_steps"], row["rnn_path"],
+                row["attention_path"]) == (n, 1, n, 1)
+    timing = r["timings"][0]  # measured, printed with ⏱, never compared with the notes
     assert timing["n"] == 32 and all(timing[k]["seconds"] > 0 for k in ("rnn", "attention"))
 
 
 def test_arithmetic_intensity_of_an_rnn_step_and_of_attention():
-    """S1.2-d: a (d, 2d) float32 mat-vec does 4d² FLOPs on 8d² bytes of weights, about 0.5 FLOP/byte at any
-    n (the notes' "about 1"); attention's matmuls do 40-440× more per byte at d = 512."""
+    """S1.2-d: a (d, 2d) float32 mat-vec does 4d² FLOPs on 8d² bytes of weights, about 0.5 FLOP/byte
+    at any n (the notes' "about 1"); attention's matmuls do 40-440× more per byte at d = 512."""
     d, lengths = 512, (128, 512, 8192)
     r = m.rnn_vs_attention(d=d, lengths=lengths, timed=(8,), repeats=1)
     step = r["rnn_step"]
-    assert (step["flops"], step["weight_bytes"], step["bytes"]) == (4 * d * d, 8 * d * d, 4 * (2 * d * d + 3 * d))
-    assert step["intensity"] == 4 * d * d / (4 * (2 * d * d + 3 * d)) and 0.49 < step["intensity"] <= 0.5
+    assert (step["flops"], step["weight_bytes"], step["bytes"]) == (4 * d * d, 8 * d * d,
+                                                                    4 * (2 * d * d + 3 * d))
+    assert (step["intensity"] == 4 * d * d / (4 * (2 * d * d + 3 * d))
+            and 0.49 < step["intensity"] <= 0.5)
     for n, row in zip(lengths, r["intensity"]):
         assert row["n"] == n and row["flops"] == (8 * d * d + 4 * n * d) * n
         assert row["bytes"] == 4 * (4 * d * d + 10 * n * d + 2 * n * n)
@@ -195,29 +210,34 @@ def test_arithmetic_intensity_of_an_rnn_step_and_of_attention():
     assert [round(row["attention"]) for row in r["intensity"]] == [43, 96, 218]
     assert all(row["ratio"] > 80 for row in r["intensity"])
     r64 = m.rnn_vs_attention(d=d, lengths=lengths, timed=(8,), repeats=1, dtype=np.float64)
-    assert r64["itemsize"] == 8 and r64["rnn_step"]["intensity"] == step["intensity"] / 2   # 0.25 in float64
+    # 0.25 in float64
+    assert r64["itemsize"] == 8 and r64["rnn_step"]["intensity"] == step["intensity"] / 2
 
 
 def test_part5_prints_intensity_and_ends_the_flop_table_with_the_ratio(capsys):
     m.show_rnn_vs_attention(argparse.Namespace(quick=True, seed=0, figures=None))
     lines = capsys.readouterr().out.splitlines()
     flop_header = next(line for line in lines if "RNN FLOPs/token" in line)
-    assert flop_header.rstrip().endswith("FLOPs/token, attention / RNN (2 + n/d)")   # "look at the last column"
+    # "look at the last column"
+    assert flop_header.rstrip().endswith("FLOPs/token, attention / RNN (2 + n/d)")
     headers = [h.strip() for h in flop_header.split("  ") if h.strip()]
-    assert len(headers) == len(set(headers)) == 8                                   # no two columns alike
-    at_8192 = next(line for line in lines if line.lstrip().startswith("8,192") and "1,048,576" in line)
+    assert len(headers) == len(set(headers)) == 8  # no two columns alike
+    at_8192 = next(line for line in lines if line.lstrip().startswith("8,192")
+                   and "1,048,576" in line)
     assert at_8192.rstrip().endswith("18.00")
-    assert any("attention saves no FLOPs at any n here. Its four projections alone, 8d² = 2,097,152 "
-               "FLOPs/token, are 2× the RNN's 4d²" in line for line in lines)
+    assert any("attention saves no FLOPs at any n here. Its four projections alone, "
+               "8d² = 2,097,152 FLOPs/token, are 2× the RNN's 4d²" in line for line in lines)
     assert any("2.25 at n = 128, 18.00 at n = 8,192" in line for line in lines)
     assert any("2,097,152 bytes of weights (8d²)" in line for line in lines)
     assert any("0.50 FLOP/byte" in line for line in lines)
     intensity_header = next(line for line in lines if "attention (FLOP/byte)" in line)
-    assert "RNN step (FLOP/byte)" in intensity_header and "intensity, attention / RNN (×)" in intensity_header
+    assert ("RNN step (FLOP/byte)" in intensity_header
+            and "intensity, attention / RNN (×)" in intensity_header)
 
 
 def test_projection_ratio_is_computed():
-    assert m.rnn_vs_attention(d=64, lengths=(64,), timed=(4,), repeats=1)["projections_over_rnn"] == 2.0
+    assert m.rnn_vs_attention(d=64, lengths=(64,), timed=(4,),
+                              repeats=1)["projections_over_rnn"] == 2.0
 
 
 def test_part2_headers_and_the_computed_conclusion(capsys):
@@ -228,7 +248,8 @@ def test_part2_headers_and_the_computed_conclusion(capsys):
     ratios = [row["raw"]["var"] / row["d"] for row in r["rows"]]
     first, last = r["rows"][0], r["rows"][-1]
     assert f"var(q·k)/d = {min(ratios):.2f}-{max(ratios):.2f} at every d" in out
-    assert f"max weight rises {first['raw']['max_weight']:.3f} → {last['raw']['max_weight']:.3f}" in out
+    assert (f"max weight rises {first['raw']['max_weight']:.3f} → "
+            f"{last['raw']['max_weight']:.3f}") in out
     assert f"falls {first['raw']['jacobian']:.3f} → {last['raw']['jacobian']:.3f}" in out
 
 
@@ -237,10 +258,11 @@ def test_part3_mask_count_sentence(capsys):
     assert "10 of 25 entries are masked (= S(S−1)/2 = 10)." in capsys.readouterr().out
 
 
-# ---- every part runs as the script runs it (`--quick`), figures included -----------------------------
+# ---- every part runs as the script runs it (`--quick`), figures included -------------------------
 def test_every_part_prints_and_draws(tmp_path, capsys):
     m.common.main(m.__doc__, m.PARTS, ["--quick", "--figures", str(tmp_path)], uses_torch=False)
     out = capsys.readouterr().out
     assert all(f"Part {n} · §" in out for n in range(1, 6)) and "⏱" in out
     assert "23.795" in out and "20.000" in out
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["01_causal_weights.png", "01_softmax_saturation.png"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["01_causal_weights.png",
+                                                          "01_softmax_saturation.png"]

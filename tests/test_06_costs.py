@@ -1,5 +1,6 @@
-"""Script 06: every claim of notes §8.1-8.3 and §5.1 it serves (and exercises 5, 6 and 10), and the parameter and FLOP formulas against three counters at random small configurations:
-torch_ref on the meta device (FlopCounterMode), and our own transformer.py (num_parameters, the autodiff graph)."""
+"""Script 06: every claim of notes §8.1-8.3 and §5.1 it serves (and exercises 5, 6 and 10), and the
+parameter and FLOP formulas against three counters at random small configurations: torch_ref on the
+meta device (FlopCounterMode), and our own transformer.py (num_parameters, the autodiff graph)."""
 import argparse
 import inspect
 import itertools
@@ -38,13 +39,15 @@ def test_one_layer_and_the_ffn_share(params):
     assert (layer_1024["attention"], layer_1024["ffn"], layer_1024["ln"], layer_1024["total"]) == \
         (4_198_400, 8_393_728, 4_096, 12_596_224)                                   # exercise 5
     assert abs(layer_1024["ffn_share"] - 0.6664) < 5e-5
-    assert layer_1024["ffn_share_no_bias"] == pytest.approx(2 / 3, abs=1e-15)   # counted without biases
+    # counted without biases
+    assert layer_1024["ffn_share_no_bias"] == pytest.approx(2 / 3, abs=1e-15)
 
 
 def test_part1_prints_the_ffn_share_it_computed(capsys):
     s06.show_parameters(argparse.Namespace(quick=True, seed=0, figures=None))
     out = capsys.readouterr().out
-    assert "the FFN holds 66.63-66.64% of a layer's parameters, 0.6667 of the matrices alone (notes: 2/3)" in out
+    assert ("the FFN holds 66.63-66.64% of a layer's parameters, 0.6667 of the matrices alone "
+            "(notes: 2/3)") in out
     header = next(line for line in out.splitlines() if line.startswith("term "))
     assert "by formula (parameters)" in header and "module count (parameters)" in header
 
@@ -56,15 +59,18 @@ def _random_configs(n=5, seed=0):
         d = h * int(rng.integers(1, 5)) * 2
         ctx = int(rng.integers(2, 9))
         yield dict(n_vocab=int(rng.integers(3, 30)), n_embd=d, n_head=h, n_positions=ctx,
-                   n_layers=int(rng.integers(1, 4)), tie_weights=bool(rng.integers(2)), bias=bool(rng.integers(2)),
-                   middle_dim=[None, int(rng.integers(1, 20))][int(rng.integers(2))]), int(rng.integers(1, ctx + 1))
+                   n_layers=int(rng.integers(1, 4)), tie_weights=bool(rng.integers(2)),
+                   bias=bool(rng.integers(2)),
+                   middle_dim=[None, int(rng.integers(1, 20))][int(rng.integers(2))]), \
+            int(rng.integers(1, ctx + 1))
 
 
 def test_parameter_formula_takes_exactly_decoder_lm_arguments_with_its_defaults():
     ours = inspect.signature(s06.parameter_formula).parameters
-    model = dict(list(inspect.signature(transformer.DecoderLM.__init__).parameters.items())[1:])   # no self
+    # no self
+    model = dict(list(inspect.signature(transformer.DecoderLM.__init__).parameters.items())[1:])
     assert [(n, p.default) for n, p in ours.items()] == [(n, p.default) for n, p in model.items()]
-    with pytest.raises(TypeError):                       # a misspelt option is an error, not ignored
+    with pytest.raises(TypeError):  # a misspelt option is an error, not ignored
         s06.parameter_formula(n_vocab=50, n_embd=12, n_head=3, n_positions=9, n_layer=1)
 
 
@@ -78,15 +84,17 @@ def test_parameter_formula_counts_no_position_table_and_no_final_layernorm_where
     assert transformer.DecoderLM(**post_ln).num_parameters() == 4_476
 
 
-@pytest.mark.parametrize("positions,pre_ln,tie_weights,bias,middle_dim,n_layers", list(itertools.product(
-    ["learned", "sinusoidal", "none"], [True, False], [True, False], [True, False], [None, 7], [0, 2])))
-def test_parameter_formula_equals_the_module_count_for_every_option(positions, pre_ln, tie_weights, bias,
-                                                                     middle_dim, n_layers):
-    cfg = dict(n_vocab=50, n_embd=12, n_head=3, n_positions=9, n_layers=n_layers, positions=positions,
-               pre_ln=pre_ln, tie_weights=tie_weights, bias=bias, middle_dim=middle_dim)
+@pytest.mark.parametrize("positions,pre_ln,tie_weights,bias,middle_dim,n_layers", list(
+    itertools.product(["learned", "sinusoidal", "none"], [True, False], [True, False],
+                      [True, False], [None, 7], [0, 2])))
+def test_parameter_formula_equals_the_module_count_for_every_option(positions, pre_ln, tie_weights,
+                                                                    bias, middle_dim, n_layers):
+    cfg = dict(n_vocab=50, n_embd=12, n_head=3, n_positions=9, n_layers=n_layers,
+               positions=positions, pre_ln=pre_ln, tie_weights=tie_weights, bias=bias,
+               middle_dim=middle_dim)
     formula = s06.parameter_formula(**cfg)
     assert sum(formula.values()) == transformer.DecoderLM(**cfg).num_parameters()
-    assert s06.count_parameters(s06.meta_model(**cfg)) == formula                   # torch_ref, term by term
+    assert s06.count_parameters(s06.meta_model(**cfg)) == formula  # torch_ref, term by term
 
 
 @pytest.mark.parametrize("cfg,seq_len", list(_random_configs()))
@@ -99,7 +107,7 @@ def test_formulas_against_three_counters(cfg, seq_len):
     counted = s06.count_flops(s06.meta_model(**cfg), seq_len)
     assert {k: counted[k] for k in flops} == flops
     assert counted["total (counter)"] == sum(flops.values())
-    logits = ours(np.zeros((1, seq_len), dtype=np.int64))       # our autodiff graph, summed over matmuls
+    logits = ours(np.zeros((1, seq_len), dtype=np.int64))  # our autodiff graph, summed over matmuls
     assert s03.matmul_flops(logits) == sum(flops.values())
 
 
@@ -137,7 +145,7 @@ def test_crossover_at_6d():
     assert (small["n_star"], llama["n_star"]) == (4608, 24576)
     for r in (small, llama):
         assert r["attention_per_token"] == r["rest_per_token"]
-    assert small["attention_per_token"] == 14_155_776                          # exercise 6: 14.2 MFLOPs each
+    assert small["attention_per_token"] == 14_155_776  # exercise 6: 14.2 MFLOPs each
 
 
 def test_llama_attention_share():
@@ -150,7 +158,8 @@ def test_llama_attention_share():
 
 
 def test_attention_flop_share_at_d_256():                                       # S8.3-h
-    shares = [s06._attention_share(s06.flop_formula(n_embd=256, seq_len=S)) for S in (128, 512, 2048)]
+    shares = [s06._attention_share(s06.flop_formula(n_embd=256, seq_len=S))
+              for S in (128, 512, 2048)]
     for share, quoted in zip(shares, (8, 25, 57)):
         assert abs(100 * share - quoted) <= 0.5
 
@@ -160,14 +169,16 @@ def test_saved_activations_exactly_and_the_fit():
     common.seed_everything(0)
     r = s06.activation_memory(seq_lens=(16, 32, 64, 128, 256))
     for row in r["rows"]:
-        assert row["floats"] == row["exact"] == 16 * row["S"] * 64 + 4 * row["S"] ** 2 + 4 * row["S"]
+        assert (row["floats"] == row["exact"]
+                == 16 * row["S"] * 64 + 4 * row["S"] ** 2 + 4 * row["S"])
     assert abs(r["a"] - 16.0625) <= 1e-6 and abs(r["b"] - 1.0) <= 1e-6
     assert abs(r["crossover"] - 257) <= 1
 
 
 def test_saved_activations_with_dropout_exactly_and_the_fit():
-    """Dropout 0.1 in training mode keeps its masks (float32 on CPU) and the dropped attention weights:
-    18·S·d + 3·h·S² + 4·S, so the h·S² part triples and the crossover falls from 257 to (18d + 4)/(3h)."""
+    """Dropout 0.1 in training mode keeps its masks (float32 on CPU) and the dropped attention
+    weights: 18·S·d + 3·h·S² + 4·S, so the h·S² part triples and the crossover falls from 257 to
+    (18d + 4)/(3h)."""
     common.seed_everything(0)
     r = s06.activation_memory(seq_lens=(16, 32, 64, 128, 256), p_dropout=0.1)
     none = s06.activation_memory(seq_lens=(16, 32, 64, 128, 256))
@@ -177,8 +188,9 @@ def test_saved_activations_with_dropout_exactly_and_the_fit():
         assert row["storages"] == base["storages"] + 4
     at_128 = next(row for row in r["rows"] if row["S"] == 128)["sizes"]
     base_128 = next(row for row in none["rows"] if row["S"] == 128)["sizes"]
-    assert at_128[4 * 128 * 128] == base_128[4 * 128 * 128] + 2 == 3       # mask + dropped weights + softmax output
-    assert at_128[128 * 64] == base_128[128 * 64] + 2                       # the two S·d dropout masks
+    # mask + dropped weights + softmax output
+    assert at_128[4 * 128 * 128] == base_128[4 * 128 * 128] + 2 == 3
+    assert at_128[128 * 64] == base_128[128 * 64] + 2  # the two S·d dropout masks
     assert abs(r["a"] - 18.0625) <= 1e-6 and abs(r["b"] - 3.0) <= 1e-6
     assert abs(r["crossover"] - (18 * 64 + 4) / 12) <= 1e-3
 
@@ -192,14 +204,14 @@ def test_part4_prints_both_counts_side_by_side(capsys):
     assert "18·S·d + 3·h·S² + 4·S" in table_header
     rows = lines[lines.index(table_header) + 2:lines.index(table_header) + 7]
     assert [row.split()[0] for row in rows] == ["16", "32", "64", "128", "256"]
-    assert all(row.split().count("yes") == 2 for row in rows)             # both counts equal their formulas
+    assert all(row.split().count("yes") == 2 for row in rows)  # both counts equal their formulas
     assert any("dropout 0.1: a = 18.0625, b = 3.0000" in line and "96.3" in line for line in lines)
 
 
 def test_llama_layer_activation_sizes():
     at_8192, at_4096 = s06.activation_examples()
     assert at_8192["one_hss"] == 4 * s06.GIB and at_8192["one_sd"] == 64 * s06.MIB
-    assert at_4096["sd_part"] == 512 * s06.MIB and at_4096["hss_part"] == 1 * s06.GIB   # exercise 10
+    assert at_4096["sd_part"] == 512 * s06.MIB and at_4096["hss_part"] == 1 * s06.GIB  # exercise 10
     assert at_4096["crossover"] == 2048
 
 
@@ -210,18 +222,22 @@ def test_attention_core_is_timed_inside_the_layers_training_forward():
     assert [r["S"] for r in rows] == [16, 64]
     for r in rows:
         assert r["training"] and r["p_dropout"] == 0.1
-        assert r["core_calls"] == 1 and 1 <= r["runs"] <= 2             # one core call inside each forward
-        assert 0 < r["t_core"] < r["t_layer"] and 0 < r["time_share"] < 1 and 0 < r["flop_share"] < 1
+        assert r["core_calls"] == 1 and 1 <= r["runs"] <= 2  # one core call inside each forward
+        assert (0 < r["t_core"] < r["t_layer"] and 0 < r["time_share"] < 1
+                and 0 < r["flop_share"] < 1)
     again = s06.attention_time_share(seq_lens=(16, 64), n_embd=32, n_head=2, repeats=1, seed=3)
     other = s06.attention_time_share(seq_lens=(16, 64), n_embd=32, n_head=2, repeats=1, seed=4)
-    assert [r["checksum"] for r in again] == [r["checksum"] for r in rows]   # the seed covers weights, x, masks
+    # the seed covers weights, x, masks
+    assert [r["checksum"] for r in again] == [r["checksum"] for r in rows]
     assert [r["checksum"] for r in other] != [r["checksum"] for r in rows]
 
 
 def test_the_seed_covers_the_dropout_masks():
-    """Same seed, same weights and input, dropout off: the checksum changes, so the masks come from the seed."""
+    """Same seed, same weights and input, dropout off: the
+    checksum changes, so the masks come from the seed."""
     on = s06.attention_time_share(seq_lens=(16,), n_embd=32, n_head=2, repeats=1, seed=3)
-    off = s06.attention_time_share(seq_lens=(16,), n_embd=32, n_head=2, repeats=1, seed=3, p_dropout=0.0)
+    off = s06.attention_time_share(seq_lens=(16,), n_embd=32, n_head=2, repeats=1, seed=3,
+                                   p_dropout=0.0)
     assert on[0]["checksum"] != off[0]["checksum"]
 
 
@@ -230,8 +246,10 @@ def test_script_runs(capsys, tmp_path):
     out = capsys.readouterr().out
     assert all(f"Part {k} ·" in out for k in s06.PARTS)
     timed = [line for line in out.splitlines() if line.startswith(common.TIMER)]
-    assert len(timed) == 2 and all("core inside it" in line and "FLOP share" in line for line in timed)
-    assert (tmp_path / "06_flops_vs_n.png").exists() and (tmp_path / "06_activation_memory.png").exists()
+    assert len(timed) == 2 and all("core inside it" in line and "FLOP share" in line
+                                   for line in timed)
+    assert ((tmp_path / "06_flops_vs_n.png").exists()
+            and (tmp_path / "06_activation_memory.png").exists())
     assert (tmp_path / "06_flash_memory.png").exists()
 
 
@@ -241,10 +259,11 @@ def test_flash_memory_exactly_and_the_fits():
     r = s06.flash_memory(seq_lens=(8, 16, 32), n_embd=d, n_head=h)
     for x in r["rows"]:
         S = x["S"]
-        assert x["fused"]["floats"] == 16 * S * d + h * S * S + 4 * S         # what part 4's torch layer saves
+        # what part 4's torch layer saves
+        assert x["fused"]["floats"] == 16 * S * d + h * S * S + 4 * S
         assert x["fused + flash"]["floats"] == 16 * S * d + 2 * h * S + 4 * S
         assert x["torch_sdpa_layer"] == 16 * S * d + h * S + 4 * S
-        assert x["torch_sdpa_core"] == 4 * S * d + h * S                      # q, k, v, out, logsumexp
+        assert x["torch_sdpa_core"] == 4 * S * d + h * S  # q, k, v, out, logsumexp
         assert x["composed"]["floats"] > x["fused"]["floats"]
         assert x["fused + flash"]["backward_flops"] - x["fused"]["backward_flops"] == 2 * S * S * d
     assert abs(r["fits"]["fused"]["b"] - 1) < 1e-9 and r["fits"]["fused + flash"]["b"] == 0.0

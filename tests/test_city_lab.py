@@ -1,4 +1,5 @@
-"""Tests for code/lecture06/city_lab.py: the city language's exact probabilities, its bound, its data."""
+"""Tests for code/lecture06/city_lab.py: the city
+language's exact probabilities, its bound, its data."""
 import doctest
 import math
 
@@ -10,14 +11,16 @@ import city_lab
 
 @pytest.fixture(scope="module")
 def big_sample():
-    """10,000 windows (320,000 targets) with their true distributions, from a seed of the tests' own."""
+    """10,000 windows (320,000 targets) with their true
+    distributions, from a seed of the tests' own."""
     return city_lab.sample(10000, np.random.default_rng(12345), with_distributions=True)
 
 
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # An independent reading of the grammar in city_lab's docstring, written sentence by sentence rather
-# than as a coroutine: the probability of each target of a window, straight from the docstring's numbers.
-# ---------------------------------------------------------------------------------------------------
+# than as a coroutine: the probability of each target
+# of a window, straight from the docstring's numbers.
+# --------------------------------------------------------------------------------------------------
 class _WindowEnds(Exception):
     pass
 
@@ -75,9 +78,9 @@ def reference_probabilities(words):
         return np.array(probs)
 
 
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The true distribution
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 def test_vocabulary_and_encoding():
     assert city_lab.V == len(set(city_lab.VOCAB)) == 44
     assert city_lab.VOCAB[city_lab.BOS] == "<bos>" and city_lab.VOCAB[city_lab.EOS] == "<eos>"
@@ -91,7 +94,8 @@ def test_distributions_sum_to_one_and_give_the_sampled_token_its_probability(big
     assert p_true.shape == y.shape + (city_lab.V,)
     assert np.max(np.abs(p_true.sum(axis=-1) - 1.0)) < 1e-12
     assert np.all(p_true >= 0.0)
-    # the reported probability of each sampled token is, bit for bit, its entry in the full distribution
+    # the reported probability of each sampled token is,
+    # bit for bit, its entry in the full distribution
     assert np.array_equal(np.take_along_axis(p_true, y[..., None], axis=-1)[..., 0], p_y)
     assert np.all(p_y > 0.0)
 
@@ -106,7 +110,8 @@ def test_replaying_the_tokens_gives_the_same_distributions(big_sample):
 def test_probabilities_agree_with_an_independent_reading_of_the_grammar(big_sample):
     for b in range(500):
         words = city_lab.decode(np.append(big_sample.x[b], big_sample.y[b, -1])).split()
-        np.testing.assert_allclose(reference_probabilities(words), big_sample.p_y[b], rtol=0, atol=1e-15)
+        np.testing.assert_allclose(reference_probabilities(words), big_sample.p_y[b], rtol=0,
+                                   atol=1e-15)
 
 
 def test_the_docstring_example_is_a_sentence_of_the_language():
@@ -119,12 +124,15 @@ def test_the_docstring_example_is_a_sentence_of_the_language():
 def test_deterministic_tokens_have_probability_exactly_one(big_sample):
     p_true, p_y = big_sample.p_true, big_sample.p_y
     certain = p_true.max(axis=-1) == 1.0
-    assert np.array_equal(p_y == 1.0, certain)          # p(y) = 1 exactly where the distribution is one-hot
-    assert np.all(p_true.max(axis=-1)[~certain] <= 0.6)  # and every other target is genuinely random
+    assert np.array_equal(p_y == 1.0, certain)  # p(y) = 1 exactly where the distribution is one-hot
+    # and every other target is genuinely random
+    assert np.all(p_true.max(axis=-1)[~certain] <= 0.6)
     assert 0.5 < certain.mean() < 0.8
     # some of them by name: "lives" after the opening name, "in" after "lives"
-    after_name = np.isin(big_sample.x, city_lab.encode(city_lab.NAMES)) & (np.roll(big_sample.x, 1, axis=1) == city_lab.BOS)
-    assert np.all(p_y[after_name] == 1.0) and np.all(big_sample.y[after_name] == city_lab.TOKEN_ID["lives"])
+    after_name = (np.isin(big_sample.x, city_lab.encode(city_lab.NAMES))
+                  & (np.roll(big_sample.x, 1, axis=1) == city_lab.BOS))
+    assert (np.all(p_y[after_name] == 1.0)
+            and np.all(big_sample.y[after_name] == city_lab.TOKEN_ID["lives"]))
 
 
 def test_long_range_dependencies():
@@ -137,19 +145,22 @@ def test_long_range_dependencies():
     assert to["paris"] == 0.0 and all(to[c] == 1 / 7 for c in city_lab.CITIES if c != "paris")
     trip = opening + " she travels from paris to rome by bus ."
     start = dist(trip)
-    assert start["anna"] == start["she"] == 0.25 and start["he"] == 0.0       # the subject matches anna
+    assert start["anna"] == start["she"] == 0.25 and start["he"] == 0.0  # the subject matches anna
     assert dist(trip + " rome is in italy . anna")["returns"] == 1.0           # a trip is under way
-    assert dist(trip + " anna returns from rome to paris by")["bus"] == 1.0    # the way back mirrors it
+    # the way back mirrors it
+    assert dist(trip + " anna returns from rome to paris by")["bus"] == 1.0
     said = "<bos> anna lives in paris . paris is rainy . she travels from paris to rome by bus ."
     again = dist(said + " she returns from rome to paris by bus . paris is")
-    assert again["rainy"] == 0.6 and again["sunny"] == 0.0 and again["in"] == 0.4  # the weather is repeated
+    # the weather is repeated
+    assert again["rainy"] == 0.6 and again["sunny"] == 0.0 and again["in"] == 0.4
     next_story = dist("<bos> anna lives in paris . <eos> <bos> omar lives in rome .")
-    assert next_story["anna"] == next_story["paris"] == 0.0 and next_story["omar"] == 0.3  # a new story
+    # a new story
+    assert next_story["anna"] == next_story["paris"] == 0.0 and next_story["omar"] == 0.3
 
 
 def _chi_square(observed, expected):
-    """Chi-square statistic and degrees of freedom of count tables (groups x V), ignoring groups with
-    fewer than 50 draws; each group's cells of probability 0 must be empty and are left out."""
+    """Chi-square statistic and degrees of freedom of count tables (groups x V), ignoring groups
+    with fewer than 50 draws; each group's cells of probability 0 must be empty and are left out."""
     n = observed.sum(axis=1)
     keep = n >= 50
     observed, expected = observed[keep], expected[keep]
@@ -163,22 +174,24 @@ def _chi_square(observed, expected):
 def test_sampled_frequencies_match_the_true_distribution(big_sample):
     """Chi-square test of the sampler against the distributions it reports.
 
-    1. Exact prefixes of up to 8 tokens: every window that shares a prefix reports the same distribution
-       after it (a conditional distribution is a function of the prefix), and the tokens drawn after the
-       prefix follow that distribution.
+    1. Exact prefixes of up to 8 tokens: every window that shares a prefix reports the same
+       distribution after it (a conditional distribution is a function of the prefix), and the
+       tokens drawn after the prefix follow that distribution.
     2. Every position, grouped by its distribution: the tokens drawn follow it.
-    The seed is fixed, so the test is deterministic; |z| < 4 on the Wilson-Hilferty normal approximation
-    of the chi-square distribution.
+    The seed is fixed, so the test is deterministic; |z| < 4 on the Wilson-Hilferty normal
+    approximation of the chi-square distribution.
     """
     x, y, p_true = big_sample.x, big_sample.y, big_sample.p_true
     chi2_total, dof_total, n_prefixes = 0.0, 0, 0
     for t in range(8):
         _, first, group = np.unique(x[:, :t + 1], axis=0, return_index=True, return_inverse=True)
         group = group.ravel()
-        assert np.array_equal(p_true[:, t], p_true[first[group], t])  # same prefix, same distribution
+        # same prefix, same distribution
+        assert np.array_equal(p_true[:, t], p_true[first[group], t])
         observed = np.zeros((len(first), city_lab.V))
         np.add.at(observed, (group, y[:, t]), 1)
-        chi2, dof, groups = _chi_square(observed, observed.sum(axis=1, keepdims=True) * p_true[first, t])
+        chi2, dof, groups = _chi_square(observed,
+                                        observed.sum(axis=1, keepdims=True) * p_true[first, t])
         chi2_total, dof_total, n_prefixes = chi2_total + chi2, dof_total + dof, n_prefixes + groups
 
     # group the positions by distribution: a random projection names each one (fast), and the
@@ -192,14 +205,16 @@ def test_sampled_frequencies_match_the_true_distribution(big_sample):
     chi2, dof, _ = _chi_square(observed, observed.sum(axis=1, keepdims=True) * flat_p[first])
     chi2_total, dof_total = chi2_total + chi2, dof_total + dof
 
-    z = ((chi2_total / dof_total) ** (1 / 3) - (1 - 2 / (9 * dof_total))) / math.sqrt(2 / (9 * dof_total))
+    z = (((chi2_total / dof_total) ** (1 / 3) - (1 - 2 / (9 * dof_total)))
+         / math.sqrt(2 / (9 * dof_total)))
     assert n_prefixes > 100 and dof_total > 500
-    assert abs(z) < 4, f"chi-square {chi2_total:.0f} on {dof_total} degrees of freedom (z = {z:.2f})"
+    assert abs(z) < 4, \
+        f"chi-square {chi2_total:.0f} on {dof_total} degrees of freedom (z = {z:.2f})"
 
 
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Test set, bound, training batches
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 def test_lower_bound_recomputed_three_ways():
     test = city_lab.test_set()
     bound = city_lab.lower_bound()
@@ -208,21 +223,24 @@ def test_lower_bound_recomputed_three_ways():
     replayed = city_lab.true_distributions(windows)
     from_distributions = -np.log(np.take_along_axis(replayed, test.y[..., None], axis=-1)).mean()
     # from the independent reading of the grammar
-    from_reference = -np.mean([np.log(reference_probabilities(city_lab.decode(w).split())) for w in windows])
+    from_reference = -np.mean([np.log(reference_probabilities(city_lab.decode(w).split()))
+                               for w in windows])
     assert abs(bound - from_distributions) < 1e-12
     assert abs(bound - from_reference) < 1e-12
     assert test.y.shape == (city_lab.N_TEST, city_lab.SEQ_LEN) == (256, 32)
 
 
 def test_docstring_numbers():
-    """The module docstring states the bound and the deterministic fraction as doctests: rerun them."""
+    """The module docstring states the bound and the
+    deterministic fraction as doctests: rerun them."""
     assert doctest.testmod(city_lab, verbose=False).failed == 0
 
 
 def test_test_set_never_changes():
     a, b = city_lab.test_set(), city_lab.test_set()
     assert a is b
-    rebuilt = city_lab.sample(city_lab.N_TEST, np.random.default_rng([city_lab.TEST_SEED, 0]), with_distributions=True)
+    rebuilt = city_lab.sample(city_lab.N_TEST, np.random.default_rng([city_lab.TEST_SEED, 0]),
+                              with_distributions=True)
     for field in ("x", "y", "p_y", "p_true"):
         assert np.array_equal(getattr(a, field), getattr(rebuilt, field))
     # pinned: the same windows on every machine and every run
@@ -246,9 +264,9 @@ def test_training_batches_depend_on_the_seed_and_never_repeat():
     assert np.all(first.x[:, 0] == city_lab.BOS) and np.array_equal(first.x[:, 1:], first.y[:, :-1])
 
 
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Scoring models
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 def test_excess_of_the_true_model_is_zero_and_of_the_uniform_model_is_log_v():
     test = city_lab.test_set()
     with np.errstate(divide="ignore"):
@@ -260,14 +278,15 @@ def test_excess_of_the_true_model_is_zero_and_of_the_uniform_model_is_log_v():
 
 def test_baselines_without_attention_stay_far_above_the_bound():
     excess = city_lab.baseline_excess_mnats()
-    assert excess["unigram"] > excess["bigram"] > 500  # the bigram model misses the long-range tokens
+    # the bigram model misses the long-range tokens
+    assert excess["unigram"] > excess["bigram"] > 500
     unigram, bigram = city_lab.ngram_tables()
     assert np.allclose(np.exp(unigram).sum(), 1) and np.allclose(np.exp(bigram).sum(axis=1), 1)
 
 
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Clear errors
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 def test_bad_input_gets_a_clear_error():
     with pytest.raises(ValueError, match="unknown token"):
         city_lab.encode("<bos> anna lives in Paris .")
@@ -285,6 +304,7 @@ def test_bad_input_gets_a_clear_error():
     with pytest.raises(ValueError, match="needs"):
         city_lab.test_excess_mnats(np.zeros((8, city_lab.SEQ_LEN, city_lab.V)))
     with pytest.raises(ValueError, match="log_softmax"):
-        city_lab.test_excess_mnats(np.zeros(test.y.shape + (city_lab.V,)))  # raw logits, not log-probabilities
+        # raw logits, not log-probabilities
+        city_lab.test_excess_mnats(np.zeros(test.y.shape + (city_lab.V,)))
     with pytest.raises(ValueError, match="nan"):
         city_lab.test_excess_mnats(np.full(test.y.shape + (city_lab.V,), np.nan))

@@ -1,5 +1,5 @@
-"""Tests for code/lecture06/city_train.py: the harness that trains small models on the city language.
-Tiny configurations, so the whole file runs in a few seconds."""
+"""Tests for code/lecture06/city_train.py: the harness that trains small models on the city
+language. Tiny configurations, so the whole file runs in a few seconds."""
 import math
 
 import pytest
@@ -13,10 +13,13 @@ TINY_TRAINING = dict(lr=1e-2, steps=20, eval_every=10)
 
 
 def test_a_one_layer_model_trains_below_the_bigram_baseline():
-    result = city_train.run(model=dict(n_layers=1, n_embd=32, n_head=2), training=dict(lr=3e-3, steps=150, eval_every=50))
+    result = city_train.run(model=dict(n_layers=1, n_embd=32, n_head=2),
+                            training=dict(lr=3e-3, steps=150, eval_every=50))
     steps, train_excess, test_excess = zip(*result.curve)
-    assert steps == (0, 50, 100, 150) and train_excess[0] is None and len(result.train_excess) == 150
-    assert test_excess[0] > city_lab.baseline_excess_mnats()["unigram"]        # untrained: worse than unigram
+    assert (steps == (0, 50, 100, 150) and train_excess[0] is None
+            and len(result.train_excess) == 150)
+    # untrained: worse than unigram
+    assert test_excess[0] > city_lab.baseline_excess_mnats()["unigram"]
     assert result.final_excess == test_excess[-1] < city_lab.baseline_excess_mnats()["bigram"]
     assert result.best_excess == min(test_excess)
     # every batch is fresh data, so the batch excess tracks the test excess
@@ -27,7 +30,8 @@ def test_a_one_layer_model_trains_below_the_bigram_baseline():
 def test_runs_are_deterministic_and_runs_in_worker_processes_equal_runs_here():
     import runner
     import torch
-    configs = [dict(model=dict(TINY_MODEL, seed=s), training=dict(TINY_TRAINING, seed=s)) for s in (10, 11, 10)]
+    configs = [dict(model=dict(TINY_MODEL, seed=s), training=dict(TINY_TRAINING, seed=s))
+               for s in (10, 11, 10)]
     threads = torch.get_num_threads()
     here = [city_train.run(**config) for config in configs]
     assert torch.get_num_threads() == threads  # train() restores the caller's thread count
@@ -49,17 +53,21 @@ def test_inits():
         emb = model.token_embeddings.weights.detach()
         b = model.layers[0].ff.linear_in.bias.detach()
         if init == "xavier":  # U(±√(6/(fan_in + fan_out))): variance 2/(fan_in + fan_out)
-            assert float(w.abs().max()) <= (6 / 320) ** 0.5 and float(w.var()) == pytest.approx(2 / 320, rel=0.1)
+            assert (float(w.abs().max()) <= (6 / 320) ** 0.5
+                    and float(w.var()) == pytest.approx(2 / 320, rel=0.1))
         elif init == "gpt2":
             assert float(w.std()) == pytest.approx(0.02, rel=0.1)
         else:  # PyTorch's default: U(±1/√fan_in), embeddings N(0, 1)
-            assert float(w.abs().max()) <= 1 / 8 and float(w.var()) == pytest.approx(1 / 192, rel=0.1)
+            assert (float(w.abs().max()) <= 1 / 8
+                    and float(w.var()) == pytest.approx(1 / 192, rel=0.1))
         assert float(emb.std()) == pytest.approx(1.0 if init == "default" else 0.02, rel=0.1)
         assert (float(b.abs().max()) == 0.0) == (init != "default")
-    # the same seed gives the same model; Pre-LN ends with a final LayerNorm (GPT-2's ln_f), Post-LN does not
+    # the same seed gives the same model; Pre-LN ends with
+    # a final LayerNorm (GPT-2's ln_f), Post-LN does not
     a, b = city_train.build_model(n_layers=2, seed=5), city_train.build_model(n_layers=2, seed=5)
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
-    assert isinstance(a.ln, torch_ref.LayerNorm) and city_train.build_model(n_layers=2, pre_ln=False).ln is None
+    assert (isinstance(a.ln, torch_ref.LayerNorm)
+            and city_train.build_model(n_layers=2, pre_ln=False).ln is None)
 
 
 def test_learning_rate_schedules():
@@ -68,7 +76,8 @@ def test_learning_rate_schedules():
     assert f(0, 10, 0, "constant") == 1.0
     assert f(4, 10, 4, "linear") == 1.0 and f(7, 10, 4, "linear") == 0.5
     assert f(2, 10, 0, "cosine") == pytest.approx(0.5 + 0.5 * math.cos(0.2 * math.pi))
-    assert f(2, 10, 0, "cosine") + f(8, 10, 0, "cosine") == pytest.approx(1.0)  # symmetric about the middle
+    # symmetric about the middle
+    assert f(2, 10, 0, "cosine") + f(8, 10, 0, "cosine") == pytest.approx(1.0)
 
 
 def test_checkpoints_and_their_average():
@@ -102,7 +111,8 @@ def test_harness_bad_input_gets_a_clear_error():
 
 
 def test_train_many_after_the_parent_used_several_threads_does_not_hang():
-    """A forked worker that went back to the parent's thread count hung in OpenMP sending its results home."""
+    """A forked worker that went back to the parent's thread
+    count hung in OpenMP sending its results home."""
     import subprocess
     import sys
     from conftest import LECTURE06
@@ -110,14 +120,17 @@ def test_train_many_after_the_parent_used_several_threads_does_not_hang():
                "import torch; torch.set_num_threads(2); a = torch.randn(256, 256)\n"
                "for _ in range(10): a @ a\n"
                "import city_train\n"
-               "model, training = dict(n_layers=1, n_embd=16, n_head=2), dict(steps=4, eval_every=2)\n"
+               "model, training = dict(n_layers=1, n_embd=16, n_head=2), "
+               "dict(steps=4, eval_every=2)\n"
                "import runner\n"
-               "runs = runner.map(city_train.run, [dict(model=model, training=dict(training, seed=s)) for s in (0, 1)],\n"
+               "runs = runner.map(city_train.run, "
+               "[dict(model=model, training=dict(training, seed=s)) for s in (0, 1)],\n"
                "                  workers=2)\n"
                "print(len(runs))\n") % LECTURE06
-    # -W error: Python 3.12+ warns when a process that runs threads forks; the runner must not fork it
-    done = subprocess.run([sys.executable, "-W", "error::DeprecationWarning", "-c", program], capture_output=True,
-                          text=True, timeout=120)
+    # -W error: Python 3.12+ warns when a process that
+    # runs threads forks; the runner must not fork it
+    done = subprocess.run([sys.executable, "-W", "error::DeprecationWarning", "-c", program],
+                          capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "2"
 
@@ -126,13 +139,14 @@ def test_the_harness_adam_is_torch_optim_adam_bit_for_bit():
     import torch
     model = city_train.build_model(n_layers=1, n_embd=16, n_head=2, seed=4)
     twin = city_train.build_model(n_layers=1, n_embd=16, n_head=2, seed=4)
-    ours, theirs = city_train.Adam(model.parameters(), lr=3e-3), torch.optim.Adam(twin.parameters(), lr=3e-3, fused=True)
+    ours, theirs = (city_train.Adam(model.parameters(), lr=3e-3),
+                    torch.optim.Adam(twin.parameters(), lr=3e-3, fused=True))
     x = torch.tensor(city_lab.test_set().x[:4])
     for step in range(5):
         for m, opt in ((model, ours), (twin, theirs)):
             opt.zero_grad()
             m(x).square().mean().backward()
-            opt.lr = 3e-3 * (step + 1) / 5                      # our lr, as train() sets it each step
+            opt.lr = 3e-3 * (step + 1) / 5  # our lr, as train() sets it each step
             for group in getattr(opt, "param_groups", []):
                 group["lr"] = 3e-3 * (step + 1) / 5
             opt.step()

@@ -1,5 +1,5 @@
-"""The scripts' command line: bad arguments are refused before any work, with a message that says what was
-wrong; a Python without the packages gets one line that says what to run instead."""
+"""The scripts' command line: bad arguments are refused before any work, with a message that says
+what was wrong; a Python without the packages gets one line that says what to run instead."""
 import os
 import subprocess
 import sys
@@ -20,7 +20,8 @@ def refused(capsys, argv) -> str:
 @pytest.mark.parametrize("seed", ["-1", "4294967296", "1.5"])
 def test_a_seed_numpy_cannot_take_is_refused_with_its_range(capsys, seed):
     message = refused(capsys, ["--seed", seed])
-    assert "argument --seed" in message and ("0 .. 4294967295" in message or "not a whole number" in message)
+    assert "argument --seed" in message and ("0 .. 4294967295" in message
+                                             or "not a whole number" in message)
 
 
 def test_seeds_that_run_past_numpys_range_or_none_are_refused(capsys):
@@ -33,7 +34,8 @@ def test_figures_must_be_a_folder_checked_before_any_work(capsys, tmp_path):
     a_file.write_text("")
     assert "is a file, not a folder" in refused(capsys, ["--figures", str(a_file)])
     assert "use --no-figures" in refused(capsys, ["--figures", ""])
-    assert common.parse_args("Script 99", [1], ["--figures", str(tmp_path / "new")]).figures == str(tmp_path / "new")
+    assert (common.parse_args("Script 99", [1], ["--figures", str(tmp_path / "new")]).figures
+            == str(tmp_path / "new"))
 
 
 def test_quick_draws_no_figures_unless_asked_and_measures_one_seed(tmp_path):
@@ -58,13 +60,15 @@ def test_a_python_without_the_packages_is_told_what_to_run():
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert "lacks numpy, torch, matplotlib, tabulate" in done.stderr and "make all" in done.stderr
-    helped = subprocess.run([sys.executable, "-S", os.path.join(LECTURE06, "04_residual_layernorm.py"), "--help"],
+    helped = subprocess.run([sys.executable, "-S",
+                             os.path.join(LECTURE06, "04_residual_layernorm.py"), "--help"],
                             capture_output=True, text=True, timeout=60)
-    assert helped.returncode == 0 and helped.stderr == ""   # --help is not an error, packages or not
+    assert helped.returncode == 0 and helped.stderr == ""  # --help is not an error, packages or not
     assert "[--seeds N]" in helped.stdout and "lacks numpy" in helped.stdout
 
 
 def test_every_line_of_a_timing_or_kernel_dependent_note_is_marked(capsys):
     common.timing("first line\nsecond line")
     common.kernel_note("one\ntwo")
-    assert capsys.readouterr().out.splitlines() == ["⏱ first line", "⏱ second line", "⚙ one", "⚙ two"]
+    assert capsys.readouterr().out.splitlines() == ["⏱ first line", "⏱ second line", "⚙ one",
+                                                    "⚙ two"]

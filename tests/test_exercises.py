@@ -26,7 +26,7 @@ def test_ex1_score_std_is_sqrt_d_and_one_after_scaling():
 def test_ex2_causal_mask_visibility():
     S = 7
     visible = transformer.MultiHeadAttention.create_causal_mask(S).data[0, 0] == 0
-    assert [int(row.sum()) for row in visible] == [i + 1 for i in range(S)]   # position i sees i + 1
+    assert [int(row.sum()) for row in visible] == [i + 1 for i in range(S)]  # position i sees i + 1
     assert int((~visible).sum()) == S * (S - 1) // 2 == 21
 
 
@@ -82,17 +82,21 @@ def test_ex7_intermediate_values_as_script_05_prints_them_and_as_noam_lr_combine
     parts = load_script("05_training_recipe").lr_schedule()["ex7_parts"]
     assert f"{parts['d_factor']:.4f}" == "0.0442" and f"{parts['warmup_factor']:,.0f}" == "252,982"
     assert f"{parts['rsqrt_16000']:.5f}" == "0.00791"
-    assert transformer.noam_lr(2000) == pytest.approx(parts["d_factor"] * 2000 / parts["warmup_factor"], rel=1e-15)
-    assert transformer.noam_lr(16000) == pytest.approx(parts["d_factor"] * parts["rsqrt_16000"], rel=1e-15)
+    assert transformer.noam_lr(2000) == pytest.approx(
+        parts["d_factor"] * 2000 / parts["warmup_factor"], rel=1e-15)
+    assert transformer.noam_lr(16000) == pytest.approx(
+        parts["d_factor"] * parts["rsqrt_16000"], rel=1e-15)
 
 
 def test_ex8_smoothed_targets_v10():
     recipe = load_script("05_training_recipe")
     slides = recipe.smoothed_targets(V=10, eps=0.1, correct=3, convention="slides")
     torch_style = recipe.smoothed_targets(V=10, eps=0.1, correct=3, convention="torch")
-    assert slides[3] == pytest.approx(0.9, abs=1e-12) and torch_style[3] == pytest.approx(0.91, abs=1e-12)
+    assert (slides[3] == pytest.approx(0.9, abs=1e-12)
+            and torch_style[3] == pytest.approx(0.91, abs=1e-12))
     others = np.arange(10) != 3
-    assert np.allclose(slides[others], 0.1 / 9, rtol=0, atol=1e-12) and round(slides[0], 4) == 0.0111
+    assert (np.allclose(slides[others], 0.1 / 9, rtol=0, atol=1e-12)
+            and round(slides[0], 4) == 0.0111)
     assert np.allclose(torch_style[others], 0.01, rtol=0, atol=1e-12)
 
 

@@ -1,8 +1,10 @@
-"""tensor.py's fused primitives and flash-attention core, the fused() switch, and the traffic counters.
+"""tensor.py's fused primitives and flash-attention
+core, the fused() switch, and the traffic counters.
 
-Each fused primitive is checked against the composed path and against torch (values and every gradient,
-float64, <= 1e-12), against central differences, with contiguous and permuted inputs, masks, fully masked
-rows and block sizes that do not divide S; the counters against totals worked out by hand."""
+Each fused primitive is checked against the composed path and against torch (values and every
+gradient, float64, <= 1e-12), against central differences, with contiguous and permuted inputs,
+masks, fully masked rows and block sizes that do not divide S; the counters against totals worked
+out by hand."""
 import contextlib
 import math
 from collections import Counter
@@ -37,7 +39,8 @@ def _close(a, b):
 
 
 def _pad_mask(batch: int, n_keys: int, padded) -> np.ndarray:
-    """(B, 1, 1, S_k) additive mask: MASK_VALUE at the first padded[b] keys of row b (left padding)."""
+    """(B, 1, 1, S_k) additive mask: MASK_VALUE at the
+    first padded[b] keys of row b (left padding)."""
     mask = np.zeros((batch, 1, 1, n_keys))
     for b, n in enumerate(padded):
         mask[b, ..., :n] = transformer.MASK_VALUE
@@ -48,7 +51,7 @@ def _causal(n: int) -> np.ndarray:
     return transformer.MultiHeadAttention.create_causal_mask(n).data      # (1, 1, S, S)
 
 
-# ---- layer_norm ---------------------------------------------------------------------------------------
+# ---- layer_norm ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("layout", ["contiguous", "permuted"])
 def test_layer_norm_matches_composed_and_torch(layout):
     x = leaf((2, 5, 6), layout, seed=1)
@@ -79,7 +82,7 @@ def test_layer_norm_gradients_by_central_differences():
     check_gradients(lambda: tensor.layer_norm(x, weight, bias), [x, weight, bias])
 
 
-# ---- softmax with scale and mask ------------------------------------------------------------------
+# ---- softmax with scale and mask -----------------------------------------------------------------
 @pytest.mark.parametrize("layout", ["contiguous", "permuted"])
 def test_softmax_with_scale_and_mask_matches_composed_and_torch(layout):
     """Causal plus left padding: rows 0-2 of batch entry 1 see only padded keys (fully masked)."""
@@ -93,10 +96,11 @@ def test_softmax_with_scale_and_mask_matches_composed_and_torch(layout):
     x.grad = None
     fused = tensor.softmax(x, scale, mask)
     fused.backward(dy)
-    np.testing.assert_array_equal(fused.data, composed.data)     # the same arithmetic, so the same bits
+    # the same arithmetic, so the same bits
+    np.testing.assert_array_equal(fused.data, composed.data)
     _close(x.grad, expected)
     np.testing.assert_allclose(fused.data.sum(axis=-1), 1.0, rtol=0, atol=1e-15)
-    assert np.all(np.isfinite(fused.data[1, :, :3]))              # fully masked rows: finite, no nan
+    assert np.all(np.isfinite(fused.data[1, :, :3]))  # fully masked rows: finite, no nan
     xt = _torch(x)
     yt = torch.softmax(xt * scale + torch.tensor(mask), dim=-1)
     yt.backward(torch.tensor(dy))
@@ -110,7 +114,7 @@ def test_softmax_gradients_by_central_differences():
     check_gradients(lambda: tensor.softmax(x, 0.5, mask), [x])
 
 
-# ---- gelu -----------------------------------------------------------------------------------------------
+# ---- gelu ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("layout", ["contiguous", "permuted"])
 def test_gelu_matches_composed_and_torch(layout):
     x = leaf((4, 7), layout, seed=11)
@@ -134,9 +138,10 @@ def test_gelu_gradients_by_central_differences():
     check_gradients(lambda: tensor.gelu(x), [x])
 
 
-# ---- flash attention ------------------------------------------------------------------------------------
+# ---- flash attention -----------------------------------------------------------------------------
 def _qkv(B=2, h=3, S=7, Dh=4, seed=14):
-    """q, kT, v as MultiHeadAttention makes them: permuted (non-contiguous) views of (B, S, h, Dh) arrays."""
+    """q, kT, v as MultiHeadAttention makes them: permuted
+    (non-contiguous) views of (B, S, h, Dh) arrays."""
     rng = np.random.default_rng(seed)
     q = Tensor(rng.standard_normal((B, S, h, Dh)), requires_grad=True)
     k = Tensor(rng.standard_normal((B, S, h, Dh)), requires_grad=True)
@@ -147,7 +152,8 @@ def _qkv(B=2, h=3, S=7, Dh=4, seed=14):
 @pytest.mark.parametrize("block_size", [1, 3, 5, 7, 64])
 @pytest.mark.parametrize("causal", [False, True])
 def test_flash_attention_matches_composed_and_torch(block_size, causal):
-    """Left padding of 4 keys in batch entry 1: under the causal mask its queries 0-3 see only pads."""
+    """Left padding of 4 keys in batch entry 1: under
+    the causal mask its queries 0-3 see only pads."""
     leaves, views = _qkv()
     q, kT, v = views()
     pad = _pad_mask(2, 7, [0, 4])
@@ -163,7 +169,8 @@ def test_flash_attention_matches_composed_and_torch(block_size, causal):
     for got, want in zip(_grads(leaves), expected):
         _close(got, want)
     qt, kt, vt = (_torch(t) for t in leaves)
-    out = torch.softmax(qt.permute(0, 2, 1, 3) @ kt.permute(0, 2, 3, 1) / 2.0 + torch.tensor(mask), dim=-1) \
+    out = torch.softmax(qt.permute(0, 2, 1, 3) @ kt.permute(0, 2, 3, 1) / 2.0 + torch.tensor(mask),
+                        dim=-1) \
         @ vt.permute(0, 2, 1, 3)
     out.backward(torch.tensor(dout))
     _close(flash.data, out.detach().numpy())
@@ -174,7 +181,8 @@ def test_flash_attention_matches_composed_and_torch(block_size, causal):
 def test_flash_attention_against_torch_sdpa_with_a_general_mask():
     """A mask of any broadcastable shape, S_q != S_k, Dv != Dh, contiguous inputs."""
     rng = np.random.default_rng(16)
-    q, kT, v = (Tensor(rng.standard_normal(s), requires_grad=True) for s in [(2, 5, 3), (2, 3, 6), (2, 6, 4)])
+    q, kT, v = (Tensor(rng.standard_normal(s), requires_grad=True)
+                for s in [(2, 5, 3), (2, 3, 6), (2, 6, 4)])
     mask = rng.standard_normal((5, 6))
     flash = tensor.flash_attention(q, kT, v, mask, block_size=4)
     dout = rng.standard_normal(flash.shape)
@@ -189,21 +197,23 @@ def test_flash_attention_against_torch_sdpa_with_a_general_mask():
 
 
 def test_flash_attention_gradients_by_central_differences():
-    """Right padding (key 4): no fully masked row, whose s - 1e9 would round central differences away."""
+    """Right padding (key 4): no fully masked row, whose
+    s - 1e9 would round central differences away."""
     leaves, _ = _qkv(B=1, h=2, S=5, Dh=3, seed=17)
     pad = np.where(np.arange(5) == 4, transformer.MASK_VALUE, 0.0)
 
     def f():
         q, k, v = leaves
-        return tensor.flash_attention(q.permute(0, 2, 1, 3), k.permute(0, 2, 3, 1), v.permute(0, 2, 1, 3),
-                                      pad, causal=True, block_size=2)
+        return tensor.flash_attention(q.permute(0, 2, 1, 3), k.permute(0, 2, 3, 1),
+                                      v.permute(0, 2, 1, 3), pad, causal=True, block_size=2)
     check_gradients(f, leaves)
 
 
 def test_flash_attention_saves_no_scores_and_writes_heads_merged():
     _, views = _qkv()
     out = tensor.flash_attention(*views(), causal=True, block_size=3)
-    assert out.shape == (2, 3, 7, 4) and out.permute(0, 2, 1, 3).is_contiguous()   # (B, S, h, Dh) in memory
+    # (B, S, h, Dh) in memory
+    assert out.shape == (2, 3, 7, 4) and out.permute(0, 2, 1, 3).is_contiguous()
     assert all(a.shape[-2:] != (7, 7) for a in out._saved)
     assert transformer.MASK_VALUE is tensor.MASK_VALUE      # one convention, defined once
 
@@ -221,14 +231,15 @@ def test_bad_input_gets_clear_errors():
         tensor.softmax(q, 1.0, Tensor(np.zeros(4), requires_grad=True))
     with pytest.raises(ValueError, match=r"a mask of shape \(3,\) does not broadcast"):
         tensor.softmax(q, 1.0, np.zeros(3))
-    with pytest.raises(ValueError, match=r"weight \(3,\) and bias \(4,\) must both have shape \(4,\)"):
+    with pytest.raises(ValueError,
+                       match=r"weight \(3,\) and bias \(4,\) must both have shape \(4,\)"):
         tensor.layer_norm(q, Tensor(np.ones(3)), Tensor(np.zeros(4)))
     with pytest.raises(ValueError, match="fused: block_size must be an integer >= 1"):
         with transformer.fused(block_size=-2):
             pass
 
 
-# ---- the switch -----------------------------------------------------------------------------------------
+# ---- the switch ----------------------------------------------------------------------------------
 def _lm_run(switch, pad_mask=None, n_layers=2, block_size=4):
     transformer.set_seed(0)
     model = transformer.DecoderLM(17, 12, 3, n_positions=9, n_layers=n_layers, p_dropout=0.0)
@@ -251,7 +262,8 @@ def test_decoder_lm_under_fused_and_flash_equals_composed(padded):
                                 (transformer.fused(flash=True, block_size=4),
                                  {"layer_norm", "gelu", "flash_attention"})):
         got_logits, got_grads, got_counts = _lm_run(switch, pad_mask)
-        assert fused_kinds <= set(got_counts) and "sigmoid" not in got_counts   # no composed GELU left
+        # no composed GELU left
+        assert fused_kinds <= set(got_counts) and "sigmoid" not in got_counts
         _close(got_logits, logits)
         for got, want in zip(got_grads, grads):
             _close(got, want)
@@ -272,19 +284,19 @@ def test_the_switch_is_scoped_and_flash_refuses_attention_dropout():
     assert set(counts) <= PRIMITIVES and layer.attention.last_attention is not None
 
 
-# ---- the counters ---------------------------------------------------------------------------------------
+# ---- the counters --------------------------------------------------------------------------------
 def test_traffic_of_single_launches_worked_out_by_hand():
-    """float64, 8 bytes an element. Forward: inputs + output (+ per-row statistics); backward: the output's
-    gradient + the saved arrays + one gradient per input that needs one.
+    """float64, 8 bytes an element. Forward: inputs + output (+ per-row statistics); backward: the
+    output's gradient + the saved arrays + one gradient per input that needs one.
     - matmul (2, 3) @ (3, 2), both need grads: fwd 8·(6 + 6 + 4) = 128 B, 2·4·3 = 24 FLOP;
       bwd g 32 + saved a, b 96 + written da, db 96 = 224 B, 48 FLOP.
     - view and permute of the (2, 2) result: 2 + 2 launches, 0 B.
     - softmax of (2, 3): fwd 48 + 48 = 96 B; bwd g 48 + y 48 + dx 48 = 144 B.
     - layer_norm of (2, 3) with weight, bias (3,): fwd 48 + 24 + 24 + y 48 + μ 16 + r 16 = 176 B;
       bwd g 48 + x 48 + weight 24 + μ 16 + r 16 + dx 48 + dweight 24 + dbias 24 = 248 B.
-    - flash_attention, q (1, 4, 2), kT (1, 2, 4), v (1, 4, 2), 64 B each: fwd 192 + out 64 + m 32 + log l 32
-      = 320 B, 2·16·(2 + 2) = 128 FLOP; bwd g 64 + saved (q, kT, v, out 4·64, m, log l 2·32) 320
-      + written 192 = 576 B, 2·16·(3·2 + 2·2) = 320 FLOP (q kᵀ recomputed: 64 of them).
+    - flash_attention, q (1, 4, 2), kT (1, 2, 4), v (1, 4, 2), 64 B each: fwd 192 + out 64 + m 32 +
+      log l 32 = 320 B, 2·16·(2 + 2) = 128 FLOP; bwd g 64 + saved (q, kT, v, out 4·64, m, log l
+      2·32) 320 + written 192 = 576 B, 2·16·(3·2 + 2·2) = 320 FLOP (q kᵀ recomputed: 64 of them).
     - the sum closing each graph: fwd in + 8; bwd g 8 + written in."""
     a, b = leaf((2, 3), seed=20), leaf((3, 2), seed=21)
     x, weight, bias = leaf((2, 3), seed=22), leaf((3,), seed=23), leaf((3,), seed=24)
@@ -294,35 +306,42 @@ def test_traffic_of_single_launches_worked_out_by_hand():
         tensor.softmax(x).sum().backward()
         tensor.layer_norm(x, weight, bias).sum().backward()
         tensor.flash_attention(q, kT, v, block_size=3).sum().backward()
-    forward = lambda kind: (traffic.launches["forward", kind], traffic.bytes["forward", kind])  # noqa: E731
-    backward = lambda kind: (traffic.launches["backward", kind], traffic.bytes["backward", kind])  # noqa: E731
+    forward = lambda kind: (traffic.launches["forward", kind],  # noqa: E731
+                            traffic.bytes["forward", kind])
+    backward = lambda kind: (traffic.launches["backward", kind],  # noqa: E731
+                             traffic.bytes["backward", kind])
     assert forward("matmul") == (1, 128) and backward("matmul") == (1, 224)
-    assert forward("view") == (2, 0) == backward("view") and forward("permute") == (2, 0) == backward("permute")
+    assert (forward("view") == (2, 0) == backward("view")
+            and forward("permute") == (2, 0) == backward("permute"))
     assert forward("softmax") == (1, 96) and backward("softmax") == (1, 144)
     assert forward("layer_norm") == (1, 176) and backward("layer_norm") == (1, 248)
     assert forward("flash_attention") == (1, 320) and backward("flash_attention") == (1, 576)
     assert forward("sum") == (4, 8 * (4 + 6 + 6 + 8) + 4 * 8)
     assert backward("sum") == (4, 4 * 8 + 8 * (4 + 6 + 6 + 8))
     assert traffic.flops == Counter({("forward", "matmul"): 24, ("backward", "matmul"): 48,
-                                     ("forward", "flash_attention"): 128, ("backward", "flash_attention"): 320})
-    assert traffic.total("launches", "forward") == 12 == sum(ops.values())   # count_ops: forward calls only
+                                     ("forward", "flash_attention"): 128,
+                                     ("backward", "flash_attention"): 320})
+    # count_ops: forward calls only
+    assert traffic.total("launches", "forward") == 12 == sum(ops.values())
     assert traffic.total("launches", "backward") == 12
 
 
 def test_saved_bytes_counts_each_buffer_once_and_leaves_parameters_out():
-    """x (2, 3): exp saves its output e (48 B); e·e saves e twice (the same buffer); log saves its input
-    e·e (48 B); mul by the parameter w saves w (left out) and its input (the log, 48 B); a 0-d constant
-    is left out. Total 3 · 48 = 144 B."""
+    """x (2, 3): exp saves its output e (48 B); e·e saves e twice (the same buffer); log saves its
+    input e·e (48 B); mul by the parameter w saves w (left out) and its input (the log, 48 B); a 0-d
+    constant is left out. Total 3 · 48 = 144 B."""
     x, w = leaf((2, 3), seed=28), transformer.Parameter(np.ones(3))
     e = x.exp()
     out = ((e * e).log() * w * 2.0).sum()
     assert tensor.saved_bytes(out, exclude=[w]) == 144
 
 
-@pytest.mark.parametrize("path,calls", [("composed", (68, 67)), ("fused", (29, 29)), ("fused + flash", (27, 27))])
+@pytest.mark.parametrize("path,calls",
+                         [("composed", (68, 67)), ("fused", (29, 29)), ("fused + flash", (27, 27))])
 def test_layer_launches_and_saved_elements(path, calls):
-    """A Pre-LN layer, B = 1: the notes' 68 forward calls composed (the closing sum not counted); saved
-    elements exactly as 06 part 6 prints them (fused: 16·S·d + h·S² + 4·S, flash: 16·S·d + 2·h·S + 4·S)."""
+    """A Pre-LN layer, B = 1: the notes' 68 forward calls composed (the closing sum not counted);
+    saved elements exactly as 06 part 6 prints them (fused: 16·S·d + h·S² + 4·S, flash: 16·S·d +
+    2·h·S + 4·S)."""
     S, d, h = 6, 12, 3
     transformer.set_seed(0)
     layer = transformer.TransformerLayer(d, h, p_dropout=0.0)
@@ -333,7 +352,8 @@ def test_layer_launches_and_saved_elements(path, calls):
         out = layer(x)
         saved = tensor.saved_bytes(out, exclude=layer.parameters()) // 8
         out.sum().backward()
-    assert (traffic.total("launches", "forward") - 1, traffic.total("launches", "backward") - 1) == calls
+    assert (traffic.total("launches", "forward") - 1,
+            traffic.total("launches", "backward") - 1) == calls
     if path == "fused":
         assert saved == 16 * S * d + h * S * S + 4 * S
     if path == "fused + flash":
@@ -353,7 +373,8 @@ def test_cached_generation_under_flash_equals_composed():
 
 
 def test_encoder_decoder_with_cross_attention_and_padding_under_flash_equals_composed():
-    """Padded source and target; cross-attention (S_q != S_k, no causal mask) goes through the core too."""
+    """Padded source and target; cross-attention (S_q !=
+    S_k, no causal mask) goes through the core too."""
     transformer.set_seed(2)
     model = transformer.EncoderDecoder(n_vocab=11, n_embd=8, n_head=2, n_layers=1, n_positions=10,
                                        p_dropout=0.0)

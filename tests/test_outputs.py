@@ -8,8 +8,8 @@ type, MKL's compatible code path, numpy's own loops without AVX-512):
 - another seed moves the numbers of a part that draws random numbers (one cheap part per script, in
   process).
 Each script runs once. All run on one xdist worker (the module is one xdist_group), each forked from
-one process that imported numpy and torch on those kernels once (outputs.run_quick_preloaded). That ⚙
-lines repeat bit for bit on one machine is tested where they are made (test_city_train,
+one process that imported numpy and torch on those kernels once (outputs.run_quick_preloaded). That
+⚙ lines repeat bit for bit on one machine is tested where they are made (test_city_train,
 test_07_sentiment).
 """
 import os
@@ -18,16 +18,16 @@ import platform
 import pytest
 
 from conftest import load_script
-from outputs import (SCRIPTS, golden_path, normalise, prints_number, run_quick, run_quick_preloaded, script_id,
-                     section)
+from outputs import (SCRIPTS, golden_path, normalise, prints_number, run_quick, run_quick_preloaded,
+                     script_id, section)
 
 
 def other_kernels() -> dict:
     """Environment for a run on other float kernels than this machine's defaults."""
     # torch's generic C++ kernels instead of AVX2/AVX-512/NEON ones; torch on two threads where a
-    # script leaves it its default (training pins one). numpy's BLAS stays on threads.py's one: on two
-    # cores, two BLAS threads in each of two training workers spin on each other (07's run took 18 s
-    # of CPU instead of 7.5)
+    # script leaves it its default (training pins one). numpy's BLAS stays on threads.py's one: on
+    # two cores, two BLAS threads in each of two training workers spin on each other (07's run took
+    # 18 s of CPU instead of 7.5)
     env = {"ATEN_CPU_CAPABILITY": "default", "OMP_NUM_THREADS": "2"}
     # a kernel choice the machine's own setup made (for a CPU that needs it) stays
     env.update({name: value for name, value in other_library_kernels().items()
@@ -50,8 +50,8 @@ def other_library_kernels() -> dict:
     return env
 
 
-# Results fixed by their setup (formulas, exact computations), as printed: each must print as a whole number
-# (prints_number: "37.52" is not found in "37.521") at any seed and on any kernels.
+# Results fixed by their setup (formulas, exact computations), as printed: each must print as a
+# whole number (prints_number: "37.52" is not found in "37.521") at any seed and on any kernels.
 DETERMINISTIC = {
     "01": ["23.795", "20.000"],
     "02": ["3.714", "60,611", "63,082,496", "214,245,376", "37.52"],
@@ -59,8 +59,8 @@ DETERMINISTIC = {
     "05": ["12.72", "6.99e-4", "1.40e-4"],
     "06": ["124,439,808", "284.8", "4608", "24576"],
 }
-# The part a --seed 1 run repeats: a cheap one that draws random numbers (None: the whole quick run).
-# 06 has none: it is formulas and counters but for its ⏱ timings.
+# The part a --seed 1 run repeats: a cheap one that draws random numbers (None: the whole quick
+# run). 06 has none: it is formulas and counters but for its ⏱ timings.
 OTHER_SEED_PART = {"01": None, "02": None, "03": 2, "04": 2, "05": 1, "07": 1}
 
 _runs = {}
@@ -85,12 +85,13 @@ def test_other_kernels_print_the_golden_output(script_path):
     if printed != expected:
         name, golden = os.path.basename(script_path), f"tests/golden/{script_id(script_path)}.txt"
         if normalise(run_quick(script_path)) == expected:
-            why = (f"{name} prints {golden} on this machine's own float kernels but not on others: a line whose "
-                   "digits depend on the kernels lacks its ⚙ marker (a bug: please report it)")
+            why = (f"{name} prints {golden} on this machine's own float kernels but not on others: "
+                   "a line whose digits depend on the kernels lacks its ⚙ marker "
+                   "(a bug: please report it)")
         else:
-            why = (f"{name}'s quick output moved from {golden} on this machine's own kernels too. If you changed "
-                   "the script on purpose, run `make golden` and review the diff; if you changed nothing, please "
-                   "report it")
+            why = (f"{name}'s quick output moved from {golden} on this machine's own kernels too. "
+                   "If you changed the script on purpose, run `make golden` and review the diff; "
+                   "if you changed nothing, please report it")
         assert printed == expected, why
 
 
@@ -104,8 +105,9 @@ def test_deterministic_results_print(script_path):
 def test_other_seed_moves_random_numbers_only(script_id_, capsys):
     path = next(p for p in SCRIPTS if script_id(p) == script_id_)
     m, part = load_script(os.path.basename(path)), OTHER_SEED_PART[script_id_]
-    m.common.main(m.__doc__, m.PARTS, ["--quick", "--no-figures", "--seed", "1"] + ([] if part is None else
-                                                                                   ["--part", str(part)]))
+    m.common.main(m.__doc__, m.PARTS,
+                  ["--quick", "--no-figures", "--seed", "1"]
+                  + ([] if part is None else ["--part", str(part)]))
     printed = capsys.readouterr().out
     other = normalise(printed)
     with open(golden_path(path)) as f:
@@ -116,12 +118,14 @@ def test_other_seed_moves_random_numbers_only(script_id_, capsys):
         assert other.splitlines()[2:] != first.splitlines()[2:], "a different seed changed nothing"
     else:
         ours = section(other, part)
-        assert ours and ours != section(first, part), f"a different seed changed nothing in part {part}"
+        assert ours and ours != section(first, part), \
+            f"a different seed changed nothing in part {part}"
 
 
-@pytest.mark.parametrize("number, text, found", [("37.52", "saving 37.52%", True), ("37.5", "saving 37.52%", False),
-                                                 ("624", "1,624 and 6.24", False), ("624", "(624, 12)", True),
-                                                 ("6.99e-4", "peak 6.99e-4.", True), ("20.000", "20.0001", False)])
+@pytest.mark.parametrize("number, text, found",
+                         [("37.52", "saving 37.52%", True), ("37.5", "saving 37.52%", False),
+                          ("624", "1,624 and 6.24", False), ("624", "(624, 12)", True),
+                          ("6.99e-4", "peak 6.99e-4.", True), ("20.000", "20.0001", False)])
 def test_prints_number_finds_whole_numbers_only(number, text, found):
     assert prints_number(number, text) is found
 
@@ -132,9 +136,11 @@ def test_normalise_keeps_every_digit_and_drops_marked_lines():
     assert normalise(printed.replace("0.0481", "0.0482")) != normalise(printed)
 
 
-@pytest.mark.parametrize("ending, shown", [("raise SystemExit('09: the data set is missing')", "data set is missing"),
-                                           ("raise ValueError('deep inside')", "ValueError: deep inside")])
-def test_a_script_that_fails_in_the_preloaded_process_reports_its_exit_and_error(tmp_path, ending, shown):
+@pytest.mark.parametrize("ending, shown", [
+    ("raise SystemExit('09: the data set is missing')", "data set is missing"),
+    ("raise ValueError('deep inside')", "ValueError: deep inside")])
+def test_a_script_that_fails_in_the_preloaded_process_reports_its_exit_and_error(tmp_path, ending,
+                                                                                 shown):
     script = tmp_path / "09_fails.py"
     script.write_text(f"print('part 1 printed')\n{ending}\n")
     with pytest.raises(RuntimeError, match=r"09_fails.py failed \(exit 1\)") as failure:

@@ -24,13 +24,15 @@ def _seed():
 
 
 def check_twins(ours, twin_class, ours_inputs, twin_kwargs=None, **call):
-    """Run ours, then its twin (copy_from: same parameters, same dropout masks), backpropagate the same
-    random output gradient through both; compare outputs, every parameter's and every input's gradient."""
+    """Run ours, then its twin (copy_from: same parameters, same dropout masks), backpropagate the
+    same random output gradient through both; compare outputs, every parameter's and every input's
+    gradient."""
     twin = torch_ref.copy_from(twin_class(**twin_kwargs), ours)
     out = ours(*ours_inputs, **call)
     twin_inputs = [torch.from_numpy(x.data.copy()).requires_grad_() if isinstance(x, Tensor) else x
                    for x in ours_inputs]
-    twin_call = {k: (torch.from_numpy(v.data.copy()).requires_grad_() if isinstance(v, Tensor) else v)
+    twin_call = {k: (torch.from_numpy(v.data.copy()).requires_grad_() if isinstance(v, Tensor)
+                     else v)
                  for k, v in call.items()}
     twin_out = twin(*twin_inputs, **twin_call)
     grad = np.random.default_rng(5).standard_normal(out.shape)
@@ -41,7 +43,8 @@ def check_twins(ours, twin_class, ours_inputs, twin_kwargs=None, **call):
     ours_grads = {n: p.grad for n, p in ours.named_parameters()}
     assert list(ours_grads) == list(twin_grads)
     diffs.update({n: max_diff(g, twin_grads[n]) for n, g in ours_grads.items()})
-    for k, (x, tx) in enumerate(zip(list(ours_inputs) + list(call.values()), twin_inputs + list(twin_call.values()))):
+    for k, (x, tx) in enumerate(zip(list(ours_inputs) + list(call.values()),
+                                    twin_inputs + list(twin_call.values()))):
         if isinstance(x, Tensor):
             diffs[f"input {k}"] = max_diff(x.grad, tx.grad)
     worst = max(diffs, key=diffs.get)
@@ -53,23 +56,27 @@ def check_twins(ours, twin_class, ours_inputs, twin_kwargs=None, **call):
 # ---- transformer.py against torch_ref.py ---------------------------------------------------------
 @pytest.mark.parametrize("bias", [True, False])
 def test_linear(bias):
-    check_twins(transformer.Linear(D, 7, bias=bias), torch_ref.Linear, [leaf((B, S, D), "permuted")],
+    check_twins(transformer.Linear(D, 7, bias=bias), torch_ref.Linear,
+                [leaf((B, S, D), "permuted")],
                 dict(in_size=D, out_size=7, bias=bias))
 
 
 def test_layernorm():
-    check_twins(randomize_layernorms(transformer.LayerNorm(D)), torch_ref.LayerNorm, [leaf((B, S, D), "permuted")], dict(dim=D))
+    check_twins(randomize_layernorms(transformer.LayerNorm(D)), torch_ref.LayerNorm,
+                [leaf((B, S, D), "permuted")], dict(dim=D))
 
 
 PAD = np.array([[False] * S, [False] * (S - 2) + [True] * 2, [False] + [True] * (S - 1)])
 
 
 @pytest.mark.parametrize("causal,pad,p_dropout", [
-    (True, False, 0.0), (False, False, 0.0), (True, True, 0.0), (False, True, 0.0), (True, True, 0.1)])
+    (True, False, 0.0), (False, False, 0.0), (True, True, 0.0), (False, True, 0.0),
+    (True, True, 0.1)])
 def test_attention(causal, pad, p_dropout):
     kwargs = dict(n_embd=D, n_head=H, causal=causal, p_dropout=p_dropout)
     call = {"pad_mask": PAD} if pad else {}
-    check_twins(transformer.MultiHeadAttention(**kwargs), torch_ref.MultiHeadAttention, [leaf((B, S, D), "permuted")],
+    check_twins(transformer.MultiHeadAttention(**kwargs), torch_ref.MultiHeadAttention,
+                [leaf((B, S, D), "permuted")],
                 kwargs, **call)
 
 
@@ -77,7 +84,8 @@ def test_cross_attention():
     kwargs = dict(n_embd=D, n_head=H, causal=False, p_dropout=0.1)
     memory_pad = np.zeros((B, S + 3), bool)
     memory_pad[1, -2:] = True
-    check_twins(transformer.MultiHeadAttention(**kwargs), torch_ref.MultiHeadAttention, [leaf((B, S, D))], kwargs,
+    check_twins(transformer.MultiHeadAttention(**kwargs), torch_ref.MultiHeadAttention,
+                [leaf((B, S, D))], kwargs,
                 kv=leaf((B, S + 3, D), seed=2), pad_mask=memory_pad)
 
 
@@ -90,12 +98,14 @@ def test_feedforward():
 @pytest.mark.parametrize("p_dropout", [0.0, 0.1])
 def test_transformer_layer(pre_ln, p_dropout):
     kwargs = dict(n_embd=D, n_head=H, p_dropout=p_dropout, pre_ln=pre_ln)
-    check_twins(randomize_layernorms(transformer.TransformerLayer(**kwargs)), torch_ref.TransformerLayer, [leaf((B, S, D))],
+    check_twins(randomize_layernorms(transformer.TransformerLayer(**kwargs)),
+                torch_ref.TransformerLayer, [leaf((B, S, D))],
                 kwargs, pad_mask=PAD)
 
 
 @pytest.mark.parametrize("tie_weights,positions,pre_ln", [
-    (False, "learned", True), (True, "learned", True), (False, "sinusoidal", True), (True, "none", False)])
+    (False, "learned", True), (True, "learned", True), (False, "sinusoidal", True),
+    (True, "none", False)])
 def test_decoder_lm_with_dropout(tie_weights, positions, pre_ln):
     kwargs = dict(n_vocab=V, n_embd=D, n_head=H, n_positions=S, n_layers=2, p_dropout=0.1,
                   tie_weights=tie_weights, positions=positions, pre_ln=pre_ln)
@@ -104,7 +114,8 @@ def test_decoder_lm_with_dropout(tie_weights, positions, pre_ln):
     diffs = check_twins(model, torch_ref.DecoderLM, [ids], kwargs)
     assert len(diffs) == 1 + len(model.parameters())
     drops = [m for _, m in model.named_modules() if isinstance(m, transformer.Dropout)]
-    assert len(drops) == 1 + 3 * 2 and all((m.last_mask == 0).any() for m in drops)   # dropout really on
+    # dropout really on
+    assert len(drops) == 1 + 3 * 2 and all((m.last_mask == 0).any() for m in drops)
 
 
 def test_a_length_0_sequence_gives_the_same_empty_logits_as_the_twin():
@@ -124,7 +135,8 @@ def test_lm_loss_training_steps_match():
     kwargs = dict(n_vocab=V, n_embd=D, n_head=H, n_positions=S, n_layers=2, p_dropout=0.1)
     ours = transformer.DecoderLM(**kwargs)
     twin = torch_ref.copy_from(torch_ref.DecoderLM(**kwargs), ours)
-    opt, twin_opt = transformer.Adam(ours.parameters(), lr=1e-2), torch.optim.Adam(twin.parameters(), lr=1e-2)
+    opt, twin_opt = (transformer.Adam(ours.parameters(), lr=1e-2),
+                     torch.optim.Adam(twin.parameters(), lr=1e-2))
     rng = np.random.default_rng(4)
     for _ in range(3):
         ids = rng.integers(0, V, (B, S + 1))
@@ -138,7 +150,8 @@ def test_lm_loss_training_steps_match():
         twin_loss.backward()
         twin_opt.step()
         assert abs(loss.item() - twin_loss.item()) <= TOL
-        k_bias_grads = [p.grad for n, p in ours.named_parameters() if n.endswith("k_projection.bias")]
+        k_bias_grads = [p.grad for n, p in ours.named_parameters()
+                        if n.endswith("k_projection.bias")]
         assert max(np.abs(g).max() for g in k_bias_grads) <= 1e-15
     twin_params = dict(twin.named_parameters())
     diffs = {n: max_diff(p.data, twin_params[n]) for n, p in ours.named_parameters()}
@@ -147,20 +160,24 @@ def test_lm_loss_training_steps_match():
 
 
 def test_lm_loss_with_ignore_index_matches_cross_entropy_and_the_twin():
-    """Padded positions (-100, F.cross_entropy's default) and another ignore_index: value and gradient."""
+    """Padded positions (-100, F.cross_entropy's default)
+    and another ignore_index: value and gradient."""
     logits = np.random.default_rng(6).standard_normal((B, S, V)) * 3
     targets = np.random.default_rng(7).integers(0, V, (B, S))
     targets[0, -2:] = targets[2, 1:] = -100
-    for ignore_index, t in [(-100, targets), (3, np.where(targets == -100, 3, np.where(targets == 3, 4, targets)))]:
+    for ignore_index, t in [(-100, targets),
+                            (3, np.where(targets == -100, 3, np.where(targets == 3, 4, targets)))]:
         z = Tensor(logits.copy(), requires_grad=True)
         loss = transformer.lm_loss(z, t, ignore_index=ignore_index)
         loss.backward()
         tz = f64(logits).requires_grad_()
-        official = F.cross_entropy(tz.reshape(-1, V), torch.from_numpy(t).reshape(-1), ignore_index=ignore_index)
+        official = F.cross_entropy(tz.reshape(-1, V), torch.from_numpy(t).reshape(-1),
+                                   ignore_index=ignore_index)
         official.backward()
         assert abs(loss.item() - official.item()) <= TOL
         assert max_diff(z.grad, tz.grad) <= TOL
-        assert torch_ref.lm_loss(f64(logits), t, ignore_index=ignore_index).item() == official.item()
+        assert (torch_ref.lm_loss(f64(logits), t, ignore_index=ignore_index).item()
+                == official.item())
         assert (z.grad[t == ignore_index] == 0).all()
 
 
@@ -186,10 +203,13 @@ def test_torch_ref_layernorm_vs_nn():
 
 
 def nn_attention_from(twin) -> nn.MultiheadAttention:
-    """nn.MultiheadAttention with twin's weights: in_proj stacks q, k, v as (out, in), ours are (in, out)."""
-    official = nn.MultiheadAttention(D, H, dropout=0.0, bias=True, batch_first=True, dtype=torch.float64)
+    """nn.MultiheadAttention with twin's weights: in_proj
+    stacks q, k, v as (out, in), ours are (in, out)."""
+    official = nn.MultiheadAttention(D, H, dropout=0.0, bias=True, batch_first=True,
+                                     dtype=torch.float64)
     with torch.no_grad():
-        official.in_proj_weight.copy_(torch.cat([twin.q_projection.weights.T, twin.k_projection.weights.T,
+        official.in_proj_weight.copy_(torch.cat([twin.q_projection.weights.T,
+                                                 twin.k_projection.weights.T,
                                                  twin.v_projection.weights.T]))
         official.in_proj_bias.copy_(torch.cat([twin.q_projection.bias, twin.k_projection.bias,
                                                twin.v_projection.bias]))
@@ -216,13 +236,16 @@ def test_torch_ref_attention_vs_nn(mode):
     official = nn_attention_from(twin)
     x = torch.randn(B, S, D, dtype=torch.float64, requires_grad=True)
     x_official = x.detach().clone().requires_grad_()
-    kv = torch.randn(B, S + 2, D, dtype=torch.float64, requires_grad=True) if mode == "cross" else None
+    kv = (torch.randn(B, S + 2, D, dtype=torch.float64, requires_grad=True) if mode == "cross"
+          else None)
     kv_official = kv.detach().clone().requires_grad_() if kv is not None else None
     pad = torch.from_numpy(PAD) if mode == "pad" else None
     out = twin(x, kv=kv, pad_mask=pad)
     key = x_official if kv is None else kv_official
-    mask = torch.triu(torch.ones(S, S, dtype=torch.bool), 1) if mode == "causal" else None  # True: masked
-    official_out, _ = official(x_official, key, key, key_padding_mask=pad, attn_mask=mask, need_weights=False)
+    # True: masked
+    mask = torch.triu(torch.ones(S, S, dtype=torch.bool), 1) if mode == "causal" else None
+    official_out, _ = official(x_official, key, key, key_padding_mask=pad, attn_mask=mask,
+                               need_weights=False)
     assert max_diff(out, official_out) <= TOL
     grad = torch.randn(B, S, D, dtype=torch.float64)
     out.backward(grad)
@@ -235,13 +258,16 @@ def test_torch_ref_attention_vs_nn(mode):
 
 @pytest.mark.parametrize("norm_first", [True, False])
 def test_torch_ref_layer_vs_nn_encoder_layer(norm_first):
-    twin = randomize_layernorms(torch_ref.TransformerLayer(D, H, p_dropout=0.0, causal=False, pre_ln=norm_first), seed=2)
+    twin = randomize_layernorms(torch_ref.TransformerLayer(D, H, p_dropout=0.0, causal=False,
+                                                           pre_ln=norm_first), seed=2)
     official = nn.TransformerEncoderLayer(D, H, dim_feedforward=4 * D, dropout=0.0,
                                           activation=lambda x: F.gelu(x, approximate="tanh"),
-                                          batch_first=True, norm_first=norm_first, dtype=torch.float64)
+                                          batch_first=True, norm_first=norm_first,
+                                          dtype=torch.float64)
     official.self_attn = nn_attention_from(twin.attention)
     with torch.no_grad():
-        for mine, theirs in [(twin.ff.linear_in, official.linear1), (twin.ff.linear_out, official.linear2)]:
+        for mine, theirs in [(twin.ff.linear_in, official.linear1),
+                             (twin.ff.linear_out, official.linear2)]:
             theirs.weight.copy_(mine.weights.T)
             theirs.bias.copy_(mine.bias)
         for mine, theirs in [(twin.ln_1, official.norm1), (twin.ln_2, official.norm2)]:
@@ -260,14 +286,16 @@ def test_torch_ref_layer_vs_nn_encoder_layer(norm_first):
              (twin.ff.linear_in.bias.grad, official.linear1.bias.grad),
              (twin.ff.linear_out.weights.grad, official.linear2.weight.grad.T),
              (twin.ff.linear_out.bias.grad, official.linear2.bias.grad),
-             (twin.ln_1.weights.grad, official.norm1.weight.grad), (twin.ln_1.bias.grad, official.norm1.bias.grad),
-             (twin.ln_2.weights.grad, official.norm2.weight.grad), (twin.ln_2.bias.grad, official.norm2.bias.grad)]
+             (twin.ln_1.weights.grad, official.norm1.weight.grad),
+             (twin.ln_1.bias.grad, official.norm1.bias.grad),
+             (twin.ln_2.weights.grad, official.norm2.weight.grad),
+             (twin.ln_2.bias.grad, official.norm2.bias.grad)]
     assert max(max_diff(a, b) for a, b in pairs) <= TOL
 
 
 def test_softmax_loss_vs_cross_entropy():
     logits = np.random.default_rng(0).standard_normal((5, 7)) * 3
-    logits[0] += 1000.0                                   # large logits: still exact after the max shift
+    logits[0] += 1000.0  # large logits: still exact after the max shift
     target = np.array([0, 6, 3, 3, 1])
     z = Tensor(logits.copy(), requires_grad=True)
     loss = transformer.softmax_loss(z, target)
@@ -281,16 +309,19 @@ def test_softmax_loss_vs_cross_entropy():
 
 
 def zeros_for(module, shape):
-    return torch.zeros(shape, dtype=torch.float64) if module is torch_ref else Tensor(np.zeros(shape))
+    return (torch.zeros(shape, dtype=torch.float64) if module is torch_ref
+            else Tensor(np.zeros(shape)))
 
 
 @pytest.mark.parametrize("build,error,message", [
-    (lambda m: m.DecoderLM(V, D, H, n_positions=S, n_layers=-1), ValueError, "n_layers must be an integer >= 0"),
+    (lambda m: m.DecoderLM(V, D, H, n_positions=S, n_layers=-1), ValueError,
+     "n_layers must be an integer >= 0"),
     (lambda m: m.DecoderLM(0, D, H, n_positions=S), ValueError, "n_vocab must be an integer >= 1"),
     (lambda m: m.MultiHeadAttention(8, 0), ValueError, "n_head must be an integer >= 1"),
     (lambda m: m.MultiHeadAttention(6, 4), ValueError, "n_embd=6 is not divisible by n_head=4"),
     (lambda m: m.Embedding(V, D)(np.ones(V, dtype=bool)), TypeError, "token ids must be integers"),
-    (lambda m: m.MultiHeadAttention(D, H, causal=False)(zeros_for(m, (1, 2, D)), pad_mask=np.array([[1, 0]])),
+    (lambda m: m.MultiHeadAttention(D, H, causal=False)(zeros_for(m, (1, 2, D)),
+                                                        pad_mask=np.array([[1, 0]])),
      TypeError, "True at padded positions"),
 ], ids=["n_layers", "n_vocab", "n_head", "divisible", "bool ids", "int pad_mask"])
 def test_torch_ref_refuses_the_same_bad_arguments_as_ours(build, error, message):
@@ -299,7 +330,7 @@ def test_torch_ref_refuses_the_same_bad_arguments_as_ours(build, error, message)
             build(module)
 
 
-# ---- Adam ------------------------------------------------------------------------------------------------
+# ---- Adam ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("betas,eps", [((0.9, 0.999), 1e-8), ((0.9, 0.98), 1e-9)])
 def test_adam_matches_torch(betas, eps):
     rng = np.random.default_rng(0)
@@ -311,7 +342,8 @@ def test_adam_matches_torch(betas, eps):
     official = torch.optim.Adam(theirs, lr=3e-3, betas=betas, eps=eps)
     for step in range(6):
         for p, q in zip(ours, theirs):
-            g = rng.standard_normal(p.shape) * 10.0 ** rng.integers(-6, 3)   # gradients from 1e-6 to 1e2
+            # gradients from 1e-6 to 1e2
+            g = rng.standard_normal(p.shape) * 10.0 ** rng.integers(-6, 3)
             p.grad, q.grad = g.copy(), f64(g)
         opt.step()
         official.step()

@@ -19,7 +19,8 @@ def train():
 
 
 def same(a, b):
-    return (a.sentences == b.sentences and np.array_equal(a.ids, b.ids) and np.array_equal(a.labels, b.labels)
+    return (a.sentences == b.sentences and np.array_equal(a.ids, b.ids)
+            and np.array_equal(a.labels, b.labels)
             and np.array_equal(a.kinds, b.kinds) and np.array_equal(a.twin, b.twin))
 
 

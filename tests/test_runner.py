@@ -1,5 +1,5 @@
-"""runner.py, the engine room: `runner.map(fn, runs)` is `[fn(**run) for run in runs]` wherever the runs are
-computed; what a script does when it is interrupted or its reader goes away."""
+"""runner.py, the engine room: `runner.map(fn, runs)` is `[fn(**run) for run in runs]` wherever the
+runs are computed; what a script does when it is interrupted or its reader goes away."""
 import os
 import signal
 import subprocess
@@ -99,16 +99,18 @@ def test_runs_started_ahead_that_no_part_asks_for_are_named_in_one_line(capsys):
 
 
 def _script(name: str, *args: str, **popen) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-W", "error::DeprecationWarning", os.path.join(LECTURE06, name),
+    return subprocess.Popen([sys.executable, "-W", "error::DeprecationWarning",
+                             os.path.join(LECTURE06, name),
                              *args], stderr=subprocess.PIPE, text=True, **popen)
 
 
 def test_ctrl_c_ends_a_script_with_one_line_and_leaves_no_worker_behind():
     env = {**os.environ, "LECTURE06_WORKERS": "2"}
     script = _script("04_residual_layernorm.py", "--part", "4", "--no-figures", env=env,
-                     stdout=subprocess.DEVNULL, start_new_session=True)   # a group of its own, as in a terminal
-    time.sleep(5)                                  # imported, its seven runs training (~30 s of work left)
-    os.killpg(script.pid, signal.SIGINT)           # what Ctrl-C sends: every process of the foreground group
+                     # a group of its own, as in a terminal
+                     stdout=subprocess.DEVNULL, start_new_session=True)
+    time.sleep(5)                         # imported, its seven runs training (~30 s of work left)
+    os.killpg(script.pid, signal.SIGINT)  # what Ctrl-C sends: every process of the foreground group
     _, stderr = script.communicate(timeout=60)
     assert script.returncode == 128 + signal.SIGINT
     assert stderr.strip() == "interrupted (Ctrl-C)", stderr[-2000:]
@@ -124,6 +126,6 @@ def test_ctrl_c_ends_a_script_with_one_line_and_leaves_no_worker_behind():
 
 def test_a_reader_that_goes_away_ends_a_script_quietly():
     script = _script("01_attention.py", "--part", "1", "--no-figures", stdout=subprocess.PIPE)
-    script.stdout.close()                          # as `| head -0` would: nobody reads what it prints
+    script.stdout.close()  # as `| head -0` would: nobody reads what it prints
     _, stderr = script.communicate(timeout=60)
     assert stderr == "" and script.returncode == 128 + signal.SIGPIPE

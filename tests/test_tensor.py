@@ -13,7 +13,8 @@ from tensor import Tensor, count_ops, embedding, no_grad
 
 
 def away_from_zero(t, margin=0.05):
-    """Push entries out of (-margin, margin): relu's kink must not sit within a finite-difference step."""
+    """Push entries out of (-margin, margin): relu's kink
+    must not sit within a finite-difference step."""
     t.data[...] = np.where(np.abs(t.data) < margin, np.sign(t.data + 1e-300) * margin, t.data) + 0.0
     return t
 
@@ -51,7 +52,8 @@ CASES = [
     ("matmul batched", lambda a, b: a @ b, [(2, 3, 4), (2, 4, 5)], None),
     ("matmul broadcast batch", lambda a, b: a @ b, [(2, 1, 3, 4), (3, 4, 2)], None),
     ("matmul matrix @ batch", lambda a, b: a @ b, [(3, 4), (2, 4, 2)], None),
-    ("matmul batch @ matrix", lambda a, b: a @ b, [(2, 3, 4), (4, 5)], None),      # run as one 2-D product
+    # run as one 2-D product
+    ("matmul batch @ matrix", lambda a, b: a @ b, [(2, 3, 4), (4, 5)], None),
     ("matmul 4-D @ matrix", lambda a, b: a @ b, [(2, 2, 3, 4), (4, 2)], None),
     ("sum all", lambda a: a.sum(), [(2, 3, 4)], None),
     ("sum axis 1", lambda a: a.sum(axis=1), [(2, 3, 4)], None),
@@ -61,7 +63,8 @@ CASES = [
     ("view -1", lambda a: a.contiguous().view(-1), [(2, 3, 4)], None),
     ("permute", lambda a: a.permute(2, 0, 1), [(2, 3, 4)], None),
     ("permute then contiguous", lambda a: a.permute(1, 2, 0).contiguous(), [(2, 3, 4)], None),
-    ("embedding repeated ids", lambda w: embedding(w, np.array([[0, 2, 2], [4, 0, 2]])), [(5, 3)], None),
+    ("embedding repeated ids", lambda w: embedding(w, np.array([[0, 2, 2], [4, 0, 2]])), [(5, 3)],
+     None),
     # compositions
     ("rsub", lambda a: 1.5 - a, [(3, 4)], None),
     ("div constant", lambda a: a / 3.0, [(3, 4)], None),
@@ -89,9 +92,11 @@ def test_gradient_relu(layout):
 
 
 def test_gradient_view_of_permuted_graph():
-    """A whole chain through a non-contiguous intermediate: permute -> mul -> contiguous -> view -> matmul."""
+    """A whole chain through a non-contiguous intermediate:
+    permute -> mul -> contiguous -> view -> matmul."""
     a, b, w = leaf((2, 3, 4), seed=1), leaf((4, 2, 3), seed=2), leaf((24, 2), seed=3)
-    check_gradients(lambda: ((a.permute(2, 0, 1) * b).contiguous().view(1, 24) @ w).sigmoid(), [a, b, w])
+    check_gradients(lambda: ((a.permute(2, 0, 1) * b).contiguous().view(1, 24) @ w).sigmoid(),
+                    [a, b, w])
 
 
 def test_relative_error_helper_sees_every_element():
@@ -116,7 +121,8 @@ def test_max_is_a_constant_value():
 def test_max_with_finite_true_puts_zero_where_the_maximum_is_infinite():
     x = tensor.tensor([[-np.inf, -np.inf], [np.inf, 1.0], [2.0, -np.inf], [3.0, 1.0]])
     np.testing.assert_array_equal(x.max(axis=1).data, [-np.inf, np.inf, 2.0, 3.0])
-    np.testing.assert_array_equal(x.max(axis=1, keepdims=True, finite=True).data, [[0.0], [0.0], [2.0], [3.0]])
+    np.testing.assert_array_equal(x.max(axis=1, keepdims=True, finite=True).data,
+                                  [[0.0], [0.0], [2.0], [3.0]])
 
 
 # ---- autodiff bookkeeping ------------------------------------------------------------------------
@@ -149,7 +155,8 @@ def test_a_second_backward_through_the_same_graph_is_refused_unless_retain_graph
     loss = (a * b).exp().sum()
     loss.backward()
     first = a.grad.copy()
-    with pytest.raises(RuntimeError, match=r"already been backpropagated through.*retain_graph=True"):
+    with pytest.raises(RuntimeError,
+                       match=r"already been backpropagated through.*retain_graph=True"):
         loss.backward()
     np.testing.assert_array_equal(a.grad, first)           # refused before any gradient moved
     shared = (a * b).exp()                                  # two losses sharing a subgraph
@@ -195,7 +202,8 @@ def test_intermediates_and_constants():
     loss = h.exp().sum()
     loss.backward()
     assert c.grad is None                          # no gradient for a constant
-    assert h.grad is None and loss.grad is None    # intermediates' gradients are freed; leaves keep theirs
+    # intermediates' gradients are freed; leaves keep theirs
+    assert h.grad is None and loss.grad is None
     np.testing.assert_allclose(x.grad, np.exp(x.data), rtol=1e-15)
     with no_grad():
         z = x * 2.0
@@ -259,9 +267,9 @@ def test_op_counter_counts_by_kind():
         y = -y.sum(axis=0).view(1, 2).permute(1, 0).contiguous() + 3.0
         y = y.sigmoid().relu().log() * 2.0 / Tensor(np.full((2, 1), 4.0))
         e = embedding(a, [1, 0, 1])
-    assert counts == Counter({"matmul": 1, "exp": 1, "max": 1, "sub": 1, "neg": 1, "add": 1, "sum": 1,
-                              "view": 1, "permute": 1, "contiguous": 1, "sigmoid": 1, "relu": 1, "log": 1,
-                              "mul": 1, "div": 1, "embedding": 1})
+    assert counts == Counter({"matmul": 1, "exp": 1, "max": 1, "sub": 1, "neg": 1, "add": 1,
+                              "sum": 1, "view": 1, "permute": 1, "contiguous": 1, "sigmoid": 1,
+                              "relu": 1, "log": 1, "mul": 1, "div": 1, "embedding": 1})
     assert set(counts) == PRIMITIVES and len(PRIMITIVES) == 16
     with count_ops() as counts:
         1.5 - a                               # a constant minus a tensor is one sub as well
@@ -291,7 +299,8 @@ def test_error_matmul_shapes():
 def test_error_cannot_broadcast(op):
     a, b = leaf((2, 3)), leaf((4,))
     with pytest.raises(ValueError, match=rf"{op}: shapes \(2, 3\) and \(4,\) cannot broadcast"):
-        {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b, "div": lambda: a / b}[op]()
+        {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b,
+         "div": lambda: a / b}[op]()
 
 
 def test_division_by_a_tensor_with_negative_or_zero_entries_gives_torch_values_and_gradients():
@@ -305,14 +314,16 @@ def test_division_by_a_tensor_with_negative_or_zero_entries_gives_torch_values_a
     np.testing.assert_allclose(a.grad, ta.grad.numpy(), rtol=1e-15)
     np.testing.assert_allclose(b.grad, tb.grad.numpy(), rtol=1e-15)
     with np.errstate(divide="ignore"):
-        np.testing.assert_array_equal((tensor.tensor([1.0, -1.0]) / tensor.tensor([0.0, 0.0])).data, [np.inf, -np.inf])
+        np.testing.assert_array_equal((tensor.tensor([1.0, -1.0]) / tensor.tensor([0.0, 0.0])).data,
+                                      [np.inf, -np.inf])
 
 
 def test_error_backward_non_scalar():
     y = leaf((2, 3)) * 2.0
     with pytest.raises(RuntimeError, match=r"shape \(2, 3\), not a scalar.*grad="):
         y.backward()
-    with pytest.raises(ValueError, match=r"grad has shape \(3,\) but the output has shape \(2, 3\)"):
+    with pytest.raises(ValueError,
+                       match=r"grad has shape \(3,\) but the output has shape \(2, 3\)"):
         y.backward(np.ones(3))
 
 
@@ -334,7 +345,8 @@ def test_error_embedding_index():
 def test_log_of_zero_is_minus_inf_as_in_torch_and_a_negative_entry_is_refused():
     x = tensor.tensor([1.0, 0.0], requires_grad=True)
     y = x.log()
-    np.testing.assert_array_equal(y.data, torch.log(torch.tensor([1.0, 0.0], dtype=torch.float64)).numpy())
+    np.testing.assert_array_equal(y.data,
+                                  torch.log(torch.tensor([1.0, 0.0], dtype=torch.float64)).numpy())
     assert y.data[1] == -np.inf
     with pytest.raises(ValueError, match=r"log: input of shape \(3,\) has entries < 0 \(min -1\)"):
         tensor.tensor([1.0, 0.0, -1.0]).log()
@@ -353,20 +365,24 @@ def test_item():
 
 
 def test_sigmoid_extremes():
-    """exp(-logaddexp(0, -x)): no overflow warning at |x| = 1000; values and gradients stay accurate."""
+    """exp(-logaddexp(0, -x)): no overflow warning at
+    |x| = 1000; values and gradients stay accurate."""
     x = tensor.tensor([-1000.0, -30.0, 0.0, 30.0, 1000.0], requires_grad=True)
     with np.errstate(over="raise", divide="raise", invalid="raise"):   # underflow to 0 is fine
         y = x.sigmoid()
         y.sum().backward()
     s = np.array([0.0, np.exp(-30) / (1 + np.exp(-30)), 0.5, 1 / (1 + np.exp(-30)), 1.0])
     np.testing.assert_allclose(y.data, s, rtol=3e-15, atol=0)
-    # s(1 - s) loses relative precision where s rounds near 1 (as in torch), never more than eps absolute
-    np.testing.assert_allclose(x.grad, s * np.array([1.0, 1 - s[1], 0.5, s[1], 0.0]), rtol=1e-14, atol=2e-16)
+    # s(1 - s) loses relative precision where s rounds
+    # near 1 (as in torch), never more than eps absolute
+    np.testing.assert_allclose(x.grad, s * np.array([1.0, 1 - s[1], 0.5, s[1], 0.0]), rtol=1e-14,
+                               atol=2e-16)
 
 
 def test_broadcast_rule_matches_numpy():
     """tensor.py checks broadcasting in plain Python; it must agree with numpy on every pair."""
-    shapes = [(), (1,), (3,), (4,), (1, 1), (3, 1), (1, 4), (3, 4), (2, 3, 4), (2, 1, 4), (5, 3, 1), (0,), (0, 4)]
+    shapes = [(), (1,), (3,), (4,), (1, 1), (3, 1), (1, 4), (3, 4), (2, 3, 4), (2, 1, 4), (5, 3, 1),
+              (0,), (0, 4)]
     for a in shapes:
         for b in shapes:
             try:
@@ -377,7 +393,9 @@ def test_broadcast_rule_matches_numpy():
             assert tensor._broadcasts(a, b) == expected, (a, b)
 
 
-@pytest.mark.parametrize("op", ["neg", "exp", "log", "sigmoid", "relu", "sum", "view", "mul", "add", "sub", "div"])
+@pytest.mark.parametrize("op",
+                         ["neg", "exp", "log", "sigmoid", "relu", "sum", "view", "mul", "add",
+                          "sub", "div"])
 def test_zero_dimensional_tensors(op):
     """A 0-d tensor (a scalar, e.g. a loss) goes through every elementwise primitive and back."""
     x = leaf((), low=0.5, high=2.0)
@@ -390,7 +408,7 @@ def test_zero_dimensional_tensors(op):
 
 def test_graph_lists_every_tensor_once_after_the_tensors_it_was_made_from():
     x = tensor.Tensor(np.ones(3), requires_grad=True)
-    c = tensor.Tensor(np.full(3, 2.0))                  # a constant: in the graph, not followed for gradients
+    c = tensor.Tensor(np.full(3, 2.0))  # a constant: in the graph, not followed for gradients
     y = x * c
     z = (y + y.exp()).sum()
     order = tensor.graph(z)

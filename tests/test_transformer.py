@@ -1,5 +1,6 @@
 """transformer.py: every-element gradient checks of every module, the GELU and 1/√x identities,
-masks, dropout, position limits, errors, and that the modules use nothing but tensor.py's primitives."""
+masks, dropout, position limits, errors, and that the
+modules use nothing but tensor.py's primitives."""
 import ast
 import inspect
 import math
@@ -61,12 +62,14 @@ def test_gradient_layernorm(layout):
 @pytest.mark.parametrize("layout", ["contiguous", "permuted"])
 @pytest.mark.parametrize("causal", [True, False])
 def test_gradient_attention(causal, layout):
-    mha, x = transformer.MultiHeadAttention(D, H, causal=causal, p_dropout=0.0), leaf((B, S, D), layout)
+    mha, x = (transformer.MultiHeadAttention(D, H, causal=causal, p_dropout=0.0),
+              leaf((B, S, D), layout))
     check_module(mha, lambda: mha(x), [x])
 
 
 def test_gradient_attention_pad_mask():
-    mha, x = transformer.MultiHeadAttention(D, H, causal=False, p_dropout=0.0), leaf((B, S, D), "permuted")
+    mha, x = (transformer.MultiHeadAttention(D, H, causal=False, p_dropout=0.0),
+              leaf((B, S, D), "permuted"))
     pad = np.array([[False, False, True], [False, True, True]])
     check_module(mha, lambda: mha(x, pad_mask=pad), [x])
 
@@ -96,8 +99,9 @@ def test_gradient_transformer_layer(pre_ln):
     ("learned", False, True, 2), ("sinusoidal", False, True, 1), ("none", False, True, 1),
     ("learned", True, True, 1), ("learned", False, False, 1)])
 def test_gradient_decoder_lm(positions, tie_weights, pre_ln, n_layers):
-    model = randomize_layernorms(transformer.DecoderLM(V, D, H, n_positions=S, n_layers=n_layers, p_dropout=0.0,
-                                              positions=positions, tie_weights=tie_weights, pre_ln=pre_ln))
+    model = randomize_layernorms(transformer.DecoderLM(V, D, H, n_positions=S, n_layers=n_layers,
+                                                       p_dropout=0.0, positions=positions,
+                                                       tie_weights=tie_weights, pre_ln=pre_ln))
     ids = np.array([[1, 4, 1], [0, 2, 3]])
     names = [n for n, _ in model.named_parameters()]
     assert ("lm_head.weights" in names) == (not tie_weights)
@@ -113,16 +117,19 @@ def test_gradient_losses():
     check_gradients(lambda: transformer.softmax(z, dim=-1), [z])
     check_gradients(lambda: transformer.softmax_loss(z, [2, 0, 4]), [z])
     logits = leaf((B, S, V), "permuted")
-    check_gradients(lambda: transformer.lm_loss(logits.contiguous(), [[1, 2, 3], [0, 4, 4]]), [logits])
+    check_gradients(lambda: transformer.lm_loss(logits.contiguous(), [[1, 2, 3], [0, 4, 4]]),
+                    [logits])
 
 
 def test_softmax_loss_values_and_gradient():
     z = tensor.tensor([[1000.0, 999.0, 998.0], [0.5, -1.0, 2.0]], requires_grad=True)
     y = np.array([0, 2])
     loss = transformer.softmax_loss(z, y)
-    expected = np.log(np.exp(z.data - z.data.max(1, keepdims=True)).sum(1)) + z.data.max(1) - z.data[[0, 1], y]
+    expected = (np.log(np.exp(z.data - z.data.max(1, keepdims=True)).sum(1)) + z.data.max(1)
+                - z.data[[0, 1], y])
     np.testing.assert_allclose(loss.data, expected, rtol=1e-15)
-    assert abs((loss.data[0] + 1000.0) - 1000.407606) < 5e-7   # logsumexp([1000, 999, 998]) (notes §9.1)
+    # logsumexp([1000, 999, 998]) (notes §9.1)
+    assert abs((loss.data[0] + 1000.0) - 1000.407606) < 5e-7
     loss.sum().backward()
     p = np.exp(z.data - z.data.max(1, keepdims=True))
     p /= p.sum(1, keepdims=True)
@@ -131,7 +138,8 @@ def test_softmax_loss_values_and_gradient():
 
 INF = np.inf
 INFINITE_ROWS = np.array([[-INF, -INF, -INF], [INF, 1.0, 2.0], [INF, -INF, 0.0], [INF, INF, 1.0],
-                          [-INF, 0.0, 1.0], [0.0, -INF, 1.0], [1000.0, 999.0, 998.0], [1.0, 2.0, 3.0]])
+                          [-INF, 0.0, 1.0], [0.0, -INF, 1.0], [1000.0, 999.0, 998.0],
+                          [1.0, 2.0, 3.0]])
 
 
 def test_logsumexp_of_a_row_of_minus_inf_is_minus_inf_and_of_a_row_holding_plus_inf_is_plus_inf_as_in_torch():
@@ -140,14 +148,15 @@ def test_logsumexp_of_a_row_of_minus_inf_is_minus_inf_and_of_a_row_holding_plus_
     assert not np.isnan(ours).any()
     np.testing.assert_array_equal(ours[:4], [-INF, INF, INF, INF])
     np.testing.assert_allclose(ours, theirs, rtol=1e-15, atol=0)     # infinities compared exactly
-    np.testing.assert_allclose(transformer.logsumexp(tensor.tensor(INFINITE_ROWS.T), dim=0).data[0], theirs, rtol=1e-15)
+    np.testing.assert_allclose(transformer.logsumexp(tensor.tensor(INFINITE_ROWS.T), dim=0).data[0],
+                               theirs, rtol=1e-15)
 
 
 def test_softmax_loss_with_infinite_logits_is_logsumexp_minus_z_y_as_torch_computes_it():
-    """F.cross_entropy agrees wherever it is defined: finite rows and rows holding -inf (a -inf logit
-    off the target costs nothing; on the target, the loss is inf). A row holding +inf is nan in
-    F.cross_entropy, whose log_softmax subtracts the inf max; ours gives logsumexp(z) - z_y there:
-    +inf, or nan where z_y is +inf too."""
+    """F.cross_entropy agrees wherever it is defined: finite rows and rows holding -inf (a -inf
+    logit off the target costs nothing; on the target, the loss is inf). A row holding +inf is nan
+    in F.cross_entropy, whose log_softmax subtracts the inf max; ours gives logsumexp(z) - z_y
+    there: +inf, or nan where z_y is +inf too."""
     y = np.array([0, 1, 0, 2, 2, 1, 0, 2])
     z = Tensor(INFINITE_ROWS.copy())
     with np.errstate(invalid="ignore"):
@@ -155,11 +164,13 @@ def test_softmax_loss_with_infinite_logits_is_logsumexp_minus_z_y_as_torch_compu
         zt = torch.from_numpy(INFINITE_ROWS)
         definition = (torch.logsumexp(zt, dim=1) - zt[np.arange(8), y]).numpy()
     np.testing.assert_allclose(loss, definition, rtol=1e-15, atol=0, equal_nan=True)
-    np.testing.assert_array_equal(np.isnan(loss), [True, False, True, False, False, False, False, False])
+    np.testing.assert_array_equal(np.isnan(loss),
+                                  [True, False, True, False, False, False, False, False])
     no_plus_inf = ~(INFINITE_ROWS == INF).any(axis=1)
     official = F.cross_entropy(zt, torch.from_numpy(y), reduction="none").numpy()
-    np.testing.assert_allclose(loss[no_plus_inf], official[no_plus_inf], rtol=0, atol=1e-12, equal_nan=True)
-    assert loss[5] == INF and np.isfinite(loss[4])                 # -inf on the target; -inf elsewhere
+    np.testing.assert_allclose(loss[no_plus_inf], official[no_plus_inf], rtol=0, atol=1e-12,
+                               equal_nan=True)
+    assert loss[5] == INF and np.isfinite(loss[4])  # -inf on the target; -inf elsewhere
 
 
 def test_gradients_of_finite_rows_do_not_change_when_another_row_is_infinite():
@@ -172,7 +183,8 @@ def test_gradients_of_finite_rows_do_not_change_when_another_row_is_infinite():
         transformer.softmax_loss(mixed, np.append(y, 1)).sum().backward()
     np.testing.assert_array_equal(mixed.grad[:3], alone.grad)
     p = np.exp(finite - finite.max(1, keepdims=True))
-    np.testing.assert_allclose(alone.grad, p / p.sum(1, keepdims=True) - np.eye(4)[y], rtol=0, atol=1e-15)
+    np.testing.assert_allclose(alone.grad, p / p.sum(1, keepdims=True) - np.eye(4)[y], rtol=0,
+                               atol=1e-15)
 
 
 def test_lm_loss_leaves_out_positions_whose_target_is_ignore_index_in_value_and_gradient():
@@ -181,13 +193,16 @@ def test_lm_loss_leaves_out_positions_whose_target_is_ignore_index_in_value_and_
     kept = targets != -100
     loss = transformer.lm_loss(logits, targets)
     loss.backward()
-    per_position = transformer.softmax_loss(Tensor(logits.data.reshape(-1, V)), np.where(kept, targets, 0).reshape(-1))
+    per_position = transformer.softmax_loss(Tensor(logits.data.reshape(-1, V)),
+                                            np.where(kept, targets, 0).reshape(-1))
     assert loss.item() == pytest.approx(per_position.data[kept.reshape(-1)].mean(), rel=1e-15)
     assert (logits.grad[~kept] == 0).all() and (np.abs(logits.grad[kept]).max(axis=-1) > 0).all()
     moved = Tensor(logits.data + np.where(kept, 0.0, 50.0)[..., None])       # padded logits changed
-    assert transformer.lm_loss(moved, targets).item() == loss.item()                   # bit-identical
+    assert transformer.lm_loss(moved, targets).item() == loss.item()  # bit-identical
     check_gradients(lambda: transformer.lm_loss(logits, targets, ignore_index=-100), [logits])
-    assert transformer.lm_loss(logits, np.where(kept, targets, 4), ignore_index=4).item() == loss.item()  # any id
+    # any id
+    assert transformer.lm_loss(logits, np.where(kept, targets, 4),
+                               ignore_index=4).item() == loss.item()
     with pytest.raises(ValueError, match="every target is ignore_index=-100"):
         transformer.lm_loss(logits, np.full((B, S), -100))
 
@@ -199,7 +214,8 @@ def test_padding_after_the_end_changes_neither_loss_nor_gradients_of_a_causal_mo
     transformer.lm_loss(model(ids), targets).backward()
     padded = {n: p.grad for n, p in model.named_parameters()}
     model.zero_grad()
-    transformer.lm_loss(model(ids[:, :3]), targets[:, :3]).backward()                 # causal: nothing sees the pads
+    # causal: nothing sees the pads
+    transformer.lm_loss(model(ids[:, :3]), targets[:, :3]).backward()
     for name, p in model.named_parameters():
         np.testing.assert_allclose(p.grad, padded[name], rtol=1e-12, atol=1e-15, err_msg=name)
     assert (padded["position_embeddings.weights"][3:] == 0).all()
@@ -229,10 +245,11 @@ def test_layernorm_matches_formula():
     np.testing.assert_allclose(ln(tensor.tensor(x)).data, expected, rtol=0, atol=1e-13)
 
 
-# ---- masks -----------------------------------------------------------------------------------------
+# ---- masks ---------------------------------------------------------------------------------------
 def test_causal_mask_and_weights():
     mask = transformer.MultiHeadAttention.create_causal_mask(5).data[0, 0]
-    assert (mask[np.triu_indices(5, 1)] == transformer.MASK_VALUE).all() and (mask[np.tril_indices(5)] == 0).all()
+    assert ((mask[np.triu_indices(5, 1)] == transformer.MASK_VALUE).all()
+            and (mask[np.tril_indices(5)] == 0).all())
     mha = transformer.MultiHeadAttention(D, H, causal=True, p_dropout=0.0)
     mha(leaf((B, 5, D)))
     w = mha.last_attention.data                                   # (B, h, S, S)
@@ -282,19 +299,21 @@ def test_padded_token_changes_nothing_else():
 
 def test_fully_masked_row_has_no_nan():
     row = tensor.tensor(np.full((1, 4), transformer.MASK_VALUE))                # every entry masked
-    np.testing.assert_array_equal(transformer.softmax(row).data, np.full((1, 4), 0.25))   # uniform, exactly
+    # uniform, exactly
+    np.testing.assert_array_equal(transformer.softmax(row).data, np.full((1, 4), 0.25))
     with np.errstate(invalid="ignore"):                           # what a real -inf would do
         inf_row = np.full(4, -np.inf)
         assert np.isnan(np.exp(inf_row - inf_row.max())).all()
     mha = transformer.MultiHeadAttention(D, H, causal=True, p_dropout=0.0)
-    pad = np.array([[True, False, False], [True, True, True]])    # query 0 (and all of batch 1) see only pads
+    # query 0 (and all of batch 1) see only pads
+    pad = np.array([[True, False, False], [True, True, True]])
     out = mha(leaf((B, S, D)), pad_mask=pad)
     w = mha.last_attention.data
     assert np.isfinite(out.data).all() and np.isfinite(w).all()
     np.testing.assert_allclose(w.sum(-1), 1.0, rtol=0, atol=1e-15)
 
 
-# ---- dropout ---------------------------------------------------------------------------------------
+# ---- dropout -------------------------------------------------------------------------------------
 def test_dropout_eval_is_identity():
     drop, x = transformer.Dropout(0.5), leaf((3, 4))
     drop.eval()
@@ -315,20 +334,20 @@ def test_dropout_train_mask_and_scaling():
     kept = (mask > 0).mean()
     assert abs(kept - (1 - p)) <= 4 * math.sqrt(p * (1 - p) / mask.size)
     y.sum().backward()
-    np.testing.assert_array_equal(x.grad, mask)                   # the gradient is masked and scaled too
+    np.testing.assert_array_equal(x.grad, mask)  # the gradient is masked and scaled too
     given = np.ones_like(mask) * 2.0
-    np.testing.assert_array_equal(drop(x, mask=given).data, x.data * 2.0)   # a supplied mask is used
+    np.testing.assert_array_equal(drop(x, mask=given).data, x.data * 2.0)  # a supplied mask is used
     with pytest.raises(ValueError, match=r"p_dropout must be in \[0, 1\), got 1.0"):
         transformer.Dropout(1.0)
 
 
-# ---- positions -------------------------------------------------------------------------------------
+# ---- positions -----------------------------------------------------------------------------------
 def test_sequence_longer_than_n_positions():
     model = transformer.DecoderLM(V, D, H, n_positions=8, n_layers=1)
     with pytest.raises(ValueError, match=r"sequence length 9 exceeds n_positions=8"):
         model(np.zeros((1, 9), dtype=int))
     assert model(np.zeros((1, 8), dtype=int)).shape == (1, 8, V)
-    for positions in ("sinusoidal", "none"):                                 # computed, or none at all
+    for positions in ("sinusoidal", "none"):  # computed, or none at all
         model = transformer.DecoderLM(V, D, H, n_positions=8, n_layers=1, positions=positions)
         assert model(np.zeros((1, 12), dtype=int)).shape == (1, 12, V)
 
@@ -341,7 +360,7 @@ def test_sinusoidal_positions_formula():
     assert np.abs(pe).max() <= 1.0
 
 
-# ---- structure: parameter counting, names, and nothing but primitives -------------------------------
+# ---- structure: parameter counting, names, and nothing but primitives ----------------------------
 def test_parameter_count():
     d, v, n_pos, layers = 8, 11, 7, 3
     per_layer = 2 * 2 * d + 4 * (d * d + d) + (d * 4 * d + 4 * d) + (4 * d * d + d)
@@ -349,22 +368,24 @@ def test_parameter_count():
     assert model.num_parameters() == v * d + n_pos * d + layers * per_layer + 2 * d + d * v
     tied = transformer.DecoderLM(v, d, 2, n_positions=n_pos, n_layers=layers, tie_weights=True)
     assert model.num_parameters() - tied.num_parameters() == d * v
-    assert len(model.layers) == layers and all(isinstance(m, transformer.TransformerLayer) for m in model.layers)
+    assert len(model.layers) == layers and all(isinstance(m, transformer.TransformerLayer)
+                                               for m in model.layers)
     assert [n for n, _ in model.named_parameters()][:3] == [
         "token_embeddings.weights", "position_embeddings.weights", "layers.0.ln_1.weights"]
 
 
 def test_only_primitives_in_forward_and_backward():
-    """Every op a DecoderLM's forward and backward run is one of the 14 primitives; every node of its
-    graph was made by one, and the graph's leaves are the model's parameters or constants."""
-    model = transformer.DecoderLM(V, D, H, n_positions=S, n_layers=2, p_dropout=0.1, tie_weights=True)
+    """Every op a DecoderLM's forward and backward run is one of the 14 primitives; every node of
+    its graph was made by one, and the graph's leaves are the model's parameters or constants."""
+    model = transformer.DecoderLM(V, D, H, n_positions=S, n_layers=2, p_dropout=0.1,
+                                  tie_weights=True)
     with count_ops() as counts:
         loss = transformer.lm_loss(model(np.array([[1, 2, 3], [4, 0, 1]])), [[2, 3, 4], [0, 1, 2]])
         graph = tensor.graph(loss)
         loss.backward()
     assert set(counts) <= PRIMITIVES
     made = [n for n in graph if n._parents]
-    assert {n._op for n in made} <= PRIMITIVES - {"max"}          # max is a constant: never in the graph
+    assert {n._op for n in made} <= PRIMITIVES - {"max"}  # max is a constant: never in the graph
     leaves = [n for n in graph if not n._parents]
     assert {id(p) for p in model.parameters()} <= {id(n) for n in leaves}
     assert all(isinstance(n, transformer.Parameter) or not n.requires_grad for n in leaves)
@@ -373,7 +394,8 @@ def test_only_primitives_in_forward_and_backward():
 
 def violations(source: str) -> list:
     """Places in source that define a backward, or touch `.data`/`.grad`/`._backward` outside the
-    optimizers, zero_grad and the parameter count (the only code allowed to handle arrays directly)."""
+    optimizers, zero_grad and the parameter count (the
+    only code allowed to handle arrays directly)."""
     allowed = {"SGD", "Adam", "num_parameters", "zero_grad"}
     found = []
 
@@ -382,7 +404,8 @@ def violations(source: str) -> list:
             if isinstance(child, (ast.FunctionDef, ast.ClassDef)):
                 if child.name in ("backward", "_backward"):
                     found.append(f"defines {child.name} (line {child.lineno})")
-                walk(child, owner if owner in allowed else child.name)   # inside an allowed scope, stay
+                # inside an allowed scope, stay
+                walk(child, owner if owner in allowed else child.name)
                 continue
             if isinstance(child, ast.Attribute) and child.attr in ("data", "grad", "_backward") \
                     and owner not in allowed:
@@ -399,7 +422,7 @@ def test_no_handwritten_backward_or_array_arithmetic():
     assert violations(bad) == [".data in forward (line 3)", "defines backward (line 4)"]
 
 
-# ---- bad input ---------------------------------------------------------------------------------------
+# ---- bad input -----------------------------------------------------------------------------------
 def test_errors():
     with pytest.raises(ValueError, match="n_embd=6 is not divisible by n_head=4"):
         transformer.MultiHeadAttention(6, 4)
@@ -411,9 +434,13 @@ def test_errors():
         transformer.MultiHeadAttention(4, 2)(leaf((3, 4)))
     with pytest.raises(ValueError, match="causal mask needs as many keys as queries"):
         transformer.MultiHeadAttention(4, 2, causal=True)(leaf((1, 3, 4)), kv=leaf((1, 5, 4)))
-    with pytest.raises(ValueError, match=r"pad_mask must have shape \(B, S_k\) = \(1, 3\), got \(1, 4\)"):
-        transformer.MultiHeadAttention(4, 2, causal=False)(leaf((1, 3, 4)), pad_mask=np.zeros((1, 4), bool))
-    with pytest.raises(ValueError, match=r"expected logits \(N, C\) and target \(N,\), got \(3, 5\) and \(2,\)"):
+    with pytest.raises(ValueError,
+                       match=r"pad_mask must have shape \(B, S_k\) = \(1, 3\), got \(1, 4\)"):
+        transformer.MultiHeadAttention(4, 2, causal=False)(leaf((1, 3, 4)),
+                                                           pad_mask=np.zeros((1, 4), bool))
+    with pytest.raises(ValueError,
+                       match=r"expected logits \(N, C\) and target \(N,\), "
+                             r"got \(3, 5\) and \(2,\)"):
         transformer.softmax_loss(leaf((3, 5)), [0, 1])
     with pytest.raises(IndexError, match=r"target ids must lie in 0..4"):
         transformer.softmax_loss(leaf((2, 5)), [0, 5])
@@ -440,7 +467,8 @@ def test_optimizers_refuse_a_learning_rate_that_is_not_positive_and_adam_refuses
     for eps in (0.0, -1e-8):
         with pytest.raises(ValueError, match=rf"Adam: eps must be > 0, got {eps}"):
             transformer.Adam(params, eps=eps)
-    transformer.Adam(params, lr=1e-3, betas=(0.0, 0.0), eps=1e-12).step()           # the edges that are allowed
+    # the edges that are allowed
+    transformer.Adam(params, lr=1e-3, betas=(0.0, 0.0), eps=1e-12).step()
 
 
 def test_decoder_lm_refuses_a_negative_layer_count_and_an_empty_vocabulary():
@@ -450,53 +478,64 @@ def test_decoder_lm_refuses_a_negative_layer_count_and_an_empty_vocabulary():
         transformer.DecoderLM(0, D, H, n_positions=S)
     with pytest.raises(ValueError, match=r"DecoderLM: n_layers must be an integer >= 0, got 2.0"):
         transformer.DecoderLM(V, D, H, n_positions=S, n_layers=2.0)
-    bigram = transformer.DecoderLM(V, D, H, n_positions=S, n_layers=0)               # no layers: allowed
+    bigram = transformer.DecoderLM(V, D, H, n_positions=S, n_layers=0)  # no layers: allowed
     assert bigram(np.array([[1, 2]])).shape == (1, 2, V)
 
 
 def test_multi_head_attention_with_zero_heads_says_so_instead_of_dividing_by_zero():
-    with pytest.raises(ValueError, match=r"MultiHeadAttention: n_head must be an integer >= 1, got 0"):
+    with pytest.raises(ValueError,
+                       match=r"MultiHeadAttention: n_head must be an integer >= 1, got 0"):
         transformer.MultiHeadAttention(8, 0)
-    with pytest.raises(ValueError, match=r"MultiHeadAttention: n_embd must be an integer >= 1, got 0"):
+    with pytest.raises(ValueError,
+                       match=r"MultiHeadAttention: n_embd must be an integer >= 1, got 0"):
         transformer.MultiHeadAttention(0, 2)
 
 
 def test_bool_token_ids_are_refused_by_embedding_and_decoder_lm():
     ids = np.array([[True, False, True]])
-    with pytest.raises(TypeError, match=r"indices are bool \(a mask\?\); token ids must be integers"):
+    with pytest.raises(TypeError,
+                       match=r"indices are bool \(a mask\?\); token ids must be integers"):
         transformer.Embedding(V, D)(ids)
     with pytest.raises(TypeError, match="token ids must be integers"):
         transformer.DecoderLM(V, D, H, n_positions=S)(ids)
 
 
-@pytest.mark.parametrize("mask", [np.array([[1, 1, 0], [1, 0, 0]]), [[0, 0, 1], [0, 1, 1]], np.zeros((2, 3))])
+@pytest.mark.parametrize("mask",
+                         [np.array([[1, 1, 0], [1, 0, 0]]), [[0, 0, 1], [0, 1, 1]],
+                          np.zeros((2, 3))])
 def test_a_pad_mask_of_numbers_is_refused_with_a_message_that_says_which_convention_we_use(mask):
-    """HuggingFace's attention_mask is 1 = keep; ours is True = pad. Numbers are ambiguous, so refused."""
+    """HuggingFace's attention_mask is 1 = keep; ours is
+    True = pad. Numbers are ambiguous, so refused."""
     expected = r"pad_mask must be a bool array with True at padded positions.*attention_mask == 0"
     with pytest.raises(TypeError, match=expected):
         transformer.MultiHeadAttention(D, H, causal=False)(leaf((2, S, D)), pad_mask=mask)
     with pytest.raises(TypeError, match=expected):
-        transformer.DecoderLM(V, D, H, n_positions=S, n_layers=1)(np.zeros((2, S), dtype=int), pad_mask=mask)
-    bools = [[False, False, True], [False, True, True]]                      # a list of bools is fine
-    assert transformer.MultiHeadAttention(D, H, causal=False)(leaf((2, S, D)), pad_mask=bools).shape == (2, S, D)
+        transformer.DecoderLM(V, D, H, n_positions=S, n_layers=1)(np.zeros((2, S), dtype=int),
+                                                                  pad_mask=mask)
+    bools = [[False, False, True], [False, True, True]]  # a list of bools is fine
+    assert transformer.MultiHeadAttention(D, H, causal=False)(leaf((2, S, D)),
+                                                              pad_mask=bools).shape == (2, S, D)
 
 
 def test_softmax_loss_with_float_targets_says_targets_must_be_integer_class_ids():
-    with pytest.raises(TypeError, match=r"softmax_loss: target must hold integer class ids, got dtype float64"):
+    with pytest.raises(TypeError,
+                       match=r"softmax_loss: target must hold integer class ids, "
+                             r"got dtype float64"):
         transformer.softmax_loss(leaf((2, 5)), np.array([0.0, 3.0]))
     with pytest.raises(TypeError, match="got dtype bool"):
         transformer.softmax_loss(leaf((2, 5)), np.array([True, False]))
-    assert transformer.softmax_loss(leaf((0, 5)), []).shape == (0,)                  # [] is float64, but empty
+    assert transformer.softmax_loss(leaf((0, 5)), []).shape == (0,)  # [] is float64, but empty
 
 
 def test_a_length_0_sequence_gives_empty_logits_as_torch_does():
     model = transformer.DecoderLM(V, D, H, n_positions=S, n_layers=1).eval()
     logits = model(np.zeros((2, 0), dtype=np.int64))
     assert logits.shape == (2, 0, V)
-    logits.sum().backward()                                                 # nothing to learn: zero gradients
+    logits.sum().backward()  # nothing to learn: zero gradients
     assert all((p.grad == 0).all() for p in model.parameters())
-    np.testing.assert_array_equal(transformer.logsumexp(tensor.tensor(np.zeros((3, 0))), dim=1).data[:, 0],
-                                  torch.logsumexp(torch.zeros(3, 0, dtype=torch.float64), dim=1).numpy())
+    np.testing.assert_array_equal(
+        transformer.logsumexp(tensor.tensor(np.zeros((3, 0))), dim=1).data[:, 0],
+        torch.logsumexp(torch.zeros(3, 0, dtype=torch.float64), dim=1).numpy())
     assert transformer.softmax(tensor.tensor(np.zeros((3, 0)))).shape == (3, 0)
     with pytest.raises(ValueError, match="no position to average over"):
-        transformer.lm_loss(logits, np.zeros((2, 0), dtype=np.int64))                # F.cross_entropy: nan
+        transformer.lm_loss(logits, np.zeros((2, 0), dtype=np.int64))  # F.cross_entropy: nan

@@ -1,5 +1,5 @@
-"""What the parity tests share: the largest difference between two arrays or tensors, and LayerNorms moved
-off their initial weights 1 and biases 0 (there, a wrong gradient for them could hide)."""
+"""What the parity tests share: the largest difference between two arrays or tensors, and LayerNorms
+moved off their initial weights 1 and biases 0 (there, a wrong gradient for them could hide)."""
 import numpy as np
 import torch
 

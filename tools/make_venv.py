@@ -1,19 +1,24 @@
-"""Builds .venv for the Makefile, with the Python that runs this file: `make venv` (every target calls it).
+"""Builds .venv for the Makefile, with the Python that
+runs this file: `make venv` (every target calls it).
 
-1. Checks, before anything is made, that this Python and this platform have a torch 2.13.0 wheel: Python
-   3.10-3.14 on Linux (x86_64, aarch64; glibc 2.28+), Windows (x86_64), macOS 14+ on Apple silicon.
-2. Records in .venv/.installed (the stamp) which interpreter and torch index made .venv. When PYTHON= or
-   TORCH_INDEX= is given to make (on its command line or in the environment) and asks for another, .venv is
-   made again; without them the .venv there is used, and if it was made with another Python this says so.
-   A requirements.txt newer than the stamp is installed into .venv.
-3. On Linux, where PyPI's torch is the CUDA build (~4.8 GB of venv with its nvidia packages), installs torch from
-   TORCH_INDEX (PyTorch's CPU-only index by default, ~1.1 GB of venv) if that index answers within 5 s, and from
-   the ordinary index if it does not. TORCH_INDEX=default (or empty) always uses the ordinary index.
-4. Removes .venv if anything fails or is interrupted, so that no half-made environment is left behind.
+1. Checks, before anything is made, that this Python and this platform have a torch 2.13.0 wheel:
+   Python 3.10-3.14 on Linux (x86_64, aarch64; glibc 2.28+), Windows (x86_64), macOS 14+ on Apple
+   silicon.
+2. Records in .venv/.installed (the stamp) which interpreter and torch index made .venv. When
+   PYTHON= or TORCH_INDEX= is given to make (on its command line or in the environment) and asks for
+   another, .venv is made again; without them the .venv there is used, and if it was made with
+   another Python this says so. A requirements.txt newer than the stamp is installed into .venv.
+3. On Linux, where PyPI's torch is the CUDA build (~4.8 GB of venv with its nvidia packages),
+   installs torch from TORCH_INDEX (PyTorch's CPU-only index by default, ~1.1 GB of venv) if that
+   index answers within 5 s, and from the ordinary index if it does not. TORCH_INDEX=default (or
+   empty) always uses the ordinary index.
+4. Removes .venv if anything fails or is interrupted,
+   so that no half-made environment is left behind.
 
-Usage: python tools/make_venv.py VENV TORCH_INDEX [GOAL]   (the Makefile passes $(VENV), $(TORCH_INDEX), the goal)
-This file runs under whatever PYTHON names, however old: it keeps to syntax old Pythons parse (no f-strings),
-so that they reach the version check and its message.
+Usage: python tools/make_venv.py VENV TORCH_INDEX [GOAL]
+       (the Makefile passes $(VENV), $(TORCH_INDEX), the goal)
+This file runs under whatever PYTHON names, however old: it keeps to syntax old Pythons parse (no
+f-strings), so that they reach the version check and its message.
 """
 import os
 import platform
@@ -24,12 +29,13 @@ import sys
 import threading
 
 OLDEST, NEWEST = (3, 10), (3, 14)   # the Pythons torch 2.13.0 has wheels for
-PLATFORMS = "Linux x86_64/aarch64 (glibc 2.28+), Windows x86_64, macOS 14+ on Apple silicon (none for Intel Macs)"
+PLATFORMS = ("Linux x86_64/aarch64 (glibc 2.28+), Windows x86_64, macOS 14+ on Apple silicon "
+             "(none for Intel Macs)")
 PROBE_SECONDS = 5
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REQUIREMENTS = os.path.join(ROOT, "requirements.txt")
-KEYS = ("python", "torch index")                                  # what the stamp records
-VARIABLE = {"python": "PYTHON", "torch index": "TORCH_INDEX"}     # the make variable that chooses each
+KEYS = ("python", "torch index")                               # what the stamp records
+VARIABLE = {"python": "PYTHON", "torch index": "TORCH_INDEX"}  # the make variable that chooses each
 
 
 def say(message):
@@ -47,8 +53,9 @@ def check_python(goal):
     version = sys.version_info[:2]
     if OLDEST <= version <= NEWEST:
         return
-    refuse("Python %s (%s) cannot run this code: it needs Python %d.%d-%d.%d, the versions torch 2.13.0 has "
-           "wheels for; choose another interpreter, e.g. `make %s PYTHON=python3.12`"
+    refuse("Python %s (%s) cannot run this code: it needs Python %d.%d-%d.%d, the versions "
+           "torch 2.13.0 has wheels for; choose another interpreter, "
+           "e.g. `make %s PYTHON=python3.12`"
            % ((platform.python_version(), sys.executable) + OLDEST + NEWEST + (goal,)))
 
 
@@ -57,7 +64,8 @@ def check_platform():
     if system == "Linux" and machine in ("x86_64", "amd64", "aarch64", "arm64"):
         libc, libc_version = platform.libc_ver()
         if libc == "glibc" and tuple(int(p) for p in libc_version.split(".")[:2]) < (2, 28):
-            refuse("torch 2.13.0's Linux wheels need glibc 2.28 or newer; this system has glibc %s" % libc_version)
+            refuse("torch 2.13.0's Linux wheels need glibc 2.28 or newer; this system has glibc %s"
+                   % libc_version)
         if libc not in ("glibc", ""):
             refuse("torch 2.13.0's Linux wheels need glibc; this system's C library is %s" % libc)
         return
@@ -69,9 +77,10 @@ def check_platform():
     if system == "Windows" and machine in ("amd64", "x86_64"):
         return
     if system == "Darwin" and machine == "x86_64":
-        refuse("torch 2.13.0 has no wheel for Intel Macs (x86_64); on Apple silicon, use an arm64 Python, not one "
-               "running under Rosetta (%s is x86_64)" % sys.executable)
-    refuse("torch 2.13.0 has no wheel for %s %s; it has wheels for %s" % (system, machine, PLATFORMS))
+        refuse("torch 2.13.0 has no wheel for Intel Macs (x86_64); on Apple silicon, use an arm64 "
+               "Python, not one running under Rosetta (%s is x86_64)" % sys.executable)
+    refuse("torch 2.13.0 has no wheel for %s %s; it has wheels for %s"
+           % (system, machine, PLATFORMS))
 
 
 def venv_python(venv):
@@ -81,7 +90,8 @@ def venv_python(venv):
 
 
 def torch_requirement():
-    """torch's line in requirements.txt, e.g. 'torch==2.13.0': the one place its version is pinned."""
+    """torch's line in requirements.txt, e.g.
+    'torch==2.13.0': the one place its version is pinned."""
     for line in open(REQUIREMENTS):
         name = line.split("#")[0].strip()
         if name.replace(" ", "").lower().startswith("torch=="):
@@ -90,8 +100,9 @@ def torch_requirement():
 
 
 def reachable(index):
-    """None if `index`/torch/ answers within PROBE_SECONDS, else why not. The probe runs in a thread that is
-    abandoned after the deadline, so a hanging DNS lookup or connection cannot hold the build up."""
+    """None if `index`/torch/ answers within PROBE_SECONDS, else why not. The probe runs in a thread
+    that is abandoned after the deadline, so a hanging DNS lookup or connection cannot hold the
+    build up."""
     import urllib.request
     url = index.rstrip("/") + "/torch/"
     outcome = []
@@ -100,7 +111,8 @@ def reachable(index):
         try:
             urllib.request.urlopen(url, timeout=PROBE_SECONDS).close()
             outcome.append(None)
-        except Exception as error:   # DNS, connection, TLS, HTTP status: all mean "use the ordinary index"
+        except Exception as error:
+            # DNS, connection, TLS, HTTP status: all mean "use the ordinary index"
             outcome.append(str(getattr(error, "reason", error)) or type(error).__name__)
 
     thread = threading.Thread(target=probe)
@@ -111,7 +123,7 @@ def reachable(index):
 
 
 def remove(venv):
-    if os.path.islink(venv):           # a link to an environment elsewhere: drop the link, never its target
+    if os.path.islink(venv):  # a link to an environment elsewhere: drop the link, never its target
         os.unlink(venv)
     elif os.path.exists(venv):
         shutil.rmtree(venv)
@@ -124,8 +136,9 @@ def pip(python, *args):
 
 
 def read_stamp(stamp):
-    """{'python': ..., 'torch index': ...} as the stamp records them, {} for a stamp that records nothing (an older
-    Makefile's), None if there is no stamp: .venv is then unfinished or was not made here."""
+    """{'python': ..., 'torch index': ...} as the stamp records them, {} for a stamp that records
+    nothing (an older Makefile's), None if there is no stamp: .venv is then unfinished or was not
+    made here."""
     if not os.path.isfile(stamp):
         return None
     record = {}
@@ -139,13 +152,14 @@ def read_stamp(stamp):
 def describe(key, value):
     if value is None:
         return "a %s its stamp does not record" % ("Python" if key == "python" else "torch index")
-    return value if key == "python" else "torch from " + ("the ordinary index" if value == "default" else value)
+    return (value if key == "python"
+            else "torch from " + ("the ordinary index" if value == "default" else value))
 
 
 def write_stamp(stamp, record):
     with open(stamp, "w") as f:
         for key in KEYS:
-            if key in record:          # a stamp from an older Makefile records nothing, and that stays so
+            if key in record:  # a stamp from an older Makefile records nothing, and that stays so
                 f.write("%s: %s\n" % (key, record[key]))
 
 
@@ -159,9 +173,10 @@ def install(venv, stamp, record, fresh, torch):
         os.remove(stamp)               # unfinished until the stamp is written again
     torch_index = record.get("torch index", "default")
     if not sys.platform.startswith("linux"):
-        pass                           # macOS's and Windows's builds on the ordinary index are CPU-only
+        pass  # macOS's and Windows's builds on the ordinary index are CPU-only
     elif torch_index == "default":
-        say("%s from the ordinary index (TORCH_INDEX=default): on Linux PyPI's is the CUDA build" % torch)
+        say("%s from the ordinary index (TORCH_INDEX=default): on Linux PyPI's is the CUDA build"
+            % torch)
     else:
         why_not = reachable(torch_index)
         if why_not is None:
@@ -169,21 +184,24 @@ def install(venv, stamp, record, fresh, torch):
             try:
                 pip(python, "install", "--quiet", "--index-url", torch_index, torch)
             except RuntimeError:
-                say("%s: installing from %s failed (above), so torch comes from the ordinary index" % (torch, torch_index))
+                say("%s: installing from %s failed (above), so torch comes from the ordinary index"
+                    % (torch, torch_index))
         else:
-            say("%s: %s did not answer (%s), so torch comes from the ordinary index, where Linux's build is the "
-                "CUDA one (~4.8 GB of venv); TORCH_INDEX=URL names another index" % (torch, torch_index, why_not))
+            say("%s: %s did not answer (%s), so torch comes from the ordinary index, where Linux's "
+                "build is the CUDA one (~4.8 GB of venv); TORCH_INDEX=URL names another index"
+                % (torch, torch_index, why_not))
     pip(python, "install", "--quiet", "-r", REQUIREMENTS)
     write_stamp(stamp, record)
     torch_version = subprocess.check_output(
-        (python, "-c", "import importlib.metadata as m, platform; print(platform.python_version(), m.version('torch'))"))
+        (python, "-c", "import importlib.metadata as m, platform; "
+                       "print(platform.python_version(), m.version('torch'))"))
     say("%s is ready: Python %s, torch %s" % ((venv,) + tuple(torch_version.decode().split())))
 
 
 def main():
     venv, torch_index = sys.argv[1], sys.argv[2].strip() or "default"
     goal = sys.argv[3] if len(sys.argv) > 3 and sys.argv[3] else "all"
-    given = sys.argv[4].split() if len(sys.argv) > 4 else []   # PYTHON, TORCH_INDEX if given to make
+    given = sys.argv[4].split() if len(sys.argv) > 4 else []  # PYTHON, TORCH_INDEX if given to make
     stamp = os.path.join(venv, ".installed")
     wanted = {"python": "%s %s %s" % (platform.python_implementation(), platform.python_version(),
                                       os.path.realpath(sys.executable)),
@@ -193,12 +211,13 @@ def main():
     if made is not None:
         differ = [key for key in KEYS if made.get(key) != wanted[key]]
         forced = [key for key in differ if VARIABLE[key] in given]
-        if forced:                     # PYTHON= or TORCH_INDEX= asks for something else: make .venv again
+        if forced:  # PYTHON= or TORCH_INDEX= asks for something else: make .venv again
             fresh = True
-            why = "; ".join("%s was made with %s, %s= names %s" % (venv, describe(k, made.get(k)), VARIABLE[k],
-                                                                  describe(k, wanted[k])) for k in forced)
+            why = "; ".join("%s was made with %s, %s= names %s"
+                            % (venv, describe(k, made.get(k)), VARIABLE[k], describe(k, wanted[k]))
+                            for k in forced)
             why += ": making it again"
-        else:                          # the defaults: keep the .venv there is, and say what it was made with
+        else:  # the defaults: keep the .venv there is, and say what it was made with
             for key in differ:
                 say("using %s as it is, made with %s (make ... %s=... makes it again)"
                     % (venv, describe(key, made.get(key)), VARIABLE[key]))
@@ -212,7 +231,8 @@ def main():
         if made is not None:
             say(why)
         elif os.path.lexists(venv):
-            say("%s has no stamp (unfinished, or not made by this Makefile): making it again" % venv)
+            say("%s has no stamp (unfinished, or not made by this Makefile): making it again"
+                % venv)
         else:
             say("making %s with %s" % (venv, wanted["python"]))
     torch = torch_requirement()
@@ -222,7 +242,8 @@ def main():
     signal.signal(signal.SIGTERM, terminated)
     try:
         install(venv, stamp, wanted, fresh, torch)
-    except (Exception, KeyboardInterrupt) as error:   # pip failed, Ctrl-C, kill: leave no half-made environment
+    except (Exception, KeyboardInterrupt) as error:
+        # pip failed, Ctrl-C, kill: leave no half-made environment
         remove(venv)
         why = "interrupted" if isinstance(error, KeyboardInterrupt) else str(error)
         refuse("building %s failed (%s); removed it" % (venv, why))

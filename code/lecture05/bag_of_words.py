@@ -1,11 +1,11 @@
 """Lecture 5's baseline: logistic regression on word counts, trained with tensor.py.
 
 A review becomes its vector of word counts (PAD not counted), and the score is z = counts · w + b:
-positive if z > 0. Training minimises the mean logistic loss −log σ(±z) by full-batch gradient descent
-(the loss is convex, so it needs nothing more). Order is thrown away before the model sees anything,
-which is why it fails where lecture 6 starts (notes §2.4, §9.3, exercise 12):
-- negation: "not" gets one weight, added whatever it negates, so it cannot turn "good" down and "bad"
-  up at once; trained mostly on plain reviews, the model reads "not bad" as "bad";
+positive if z > 0. Training minimises the mean logistic loss −log σ(±z) by full-batch gradient
+descent (the loss is convex, so it needs nothing more). Order is thrown away before the model sees
+anything, which is why it fails where lecture 6 starts (notes §2.4, §9.3, exercise 12):
+- negation: "not" gets one weight, added whatever it negates, so it cannot turn "good" down and
+  "bad" up at once; trained mostly on plain reviews, the model reads "not bad" as "bad";
 - contrast: a sentence and its swapped twin have the same counts, hence the same score, and opposite
   labels: exactly one of the two is right.
 """

@@ -1,8 +1,9 @@
 """The city language: a synthetic language whose true next-token distribution is known exactly.
 
 Scripts 04 and 05 train small Transformers on it (notes §5.4, §7.3, §7.6). Because we know the true
-distribution p, we know the best possible test cross-entropy too, and every experiment reports its EXCESS
-over that bound in milli-nats per token (mnat/token). 0 means the model has learned the language exactly.
+distribution p, we know the best possible test cross-entropy too, and every experiment reports its
+EXCESS over that bound in milli-nats per token (mnat/token). 0 means the model has learned the
+language exactly.
 
 Vocabulary (44 tokens, ids in this order; see VOCAB)
 ----------------------------------------------------
@@ -10,7 +11,8 @@ Vocabulary (44 tokens, ids in this order; see VOCAB)
     names      anna maria sofia (she) · paul omar lukas (he)
     pronouns   she he
     cities     paris rome berlin madrid vienna lisbon prague athens
-    countries  france italy germany spain austria portugal czechia greece   (in the order of the cities)
+    countries  france italy germany spain austria portugal czechia greece
+               (in the order of the cities)
     weather    sunny rainy windy cloudy snowy
     transport  train plane bus car
     words      lives in travels returns from to by is .
@@ -18,8 +20,8 @@ Vocabulary (44 tokens, ids in this order; see VOCAB)
 Grammar
 -------
 A story introduces a person and their home city, then the person travels and talks about the cities.
-Braces mark the random choices, with their probabilities (uniform where none is written). Every other
-token is determined by the tokens before it::
+Braces mark the random choices, with their probabilities (uniform where none is written). Every
+other token is determined by the tokens before it::
 
     story   :=  {NAME} lives in {HOME} .  sentence sentence ...  until <eos>
     at home, the next sentence is
@@ -30,38 +32,44 @@ token is determined by the tokens before it::
         {SUBJECT 0.5}  returns from DEST to HOME by TRANSPORT .         by the transport it went by
         {DEST 0.5}     is  WEATHER-OR-COUNTRY .
     SUBJECT            :=  NAME or its pronoun (she / he), half and half
-    WEATHER-OR-COUNTRY :=  {0.6} the city's weather: the one said before in this story, else {uniform}
+    WEATHER-OR-COUNTRY :=  {0.6} the city's weather: the one said before in this story,
+                               else {uniform}
                          | {0.4} in COUNTRY(city)
 
 For example (running this file prints windows of the test set with the probability of each token)::
 
-    <bos> paul lives in rome . he travels from rome to lisbon by bus . lisbon is windy . lisbon is in
-    portugal . paul returns from lisbon to rome by bus . rome is sunny . <eos> <bos> maria lives in ...
+    <bos> paul lives in rome . he travels from rome to lisbon by bus . lisbon is windy . lisbon is
+    in portugal . paul returns from lisbon to rome by bus . rome is sunny . <eos> <bos> maria lives
+    in ...
 
-The first token of a sentence decides which sentence it is. So the story's state (the name, the home,
-where the person is, how they went, the weather said so far) is a function of the tokens seen, and the
-probability this module reports is exactly p(next token | every token before it): nothing is hidden.
+The first token of a sentence decides which sentence it is. So the story's state (the name, the
+home, where the person is, how they went, the weather said so far) is a function of the tokens seen,
+and the probability this module reports is exactly p(next token | every token before it): nothing is
+hidden.
 
 Long-range dependencies, which a bigram model cannot see and attention can:
     * SUBJECT is the NAME of the story's first sentence, or its pronoun;
-    * the home city recurs, after "travels from" and after "returns from DEST to"; DEST is never HOME;
+    * the home city recurs, after "travels from" and
+      after "returns from DEST to"; DEST is never HOME;
     * after SUBJECT comes "travels" or "returns": it depends on whether a trip is under way;
     * a round trip returns from the city it went to, by the transport it went by;
     * a city's weather, once said, is said again word for word.
 
-Data: windows of SEQ_LEN + 1 = 33 tokens of this stream, each starting at <bos> with a fresh story (so
-nothing before the window matters). Inputs x = window[:-1], targets y = window[1:]: the model predicts
-y[t] from x[:t+1]. Stories are packed one after another, GPT-style: ... . <eos> <bos> NAME ...
-The test set is N_TEST = 256 windows from its own fixed seed; training batches come from separate streams.
-On the test set (tests/test_city_lab.py runs these lines):
+Data: windows of SEQ_LEN + 1 = 33 tokens of this stream, each starting at <bos> with a fresh story
+(so nothing before the window matters). Inputs x = window[:-1], targets y = window[1:]: the model
+predicts y[t] from x[:t+1]. Stories are packed one after another, GPT-style:
+... . <eos> <bos> NAME ...
+The test set is N_TEST = 256 windows from its own fixed seed; training batches come from separate
+streams. On the test set (tests/test_city_lab.py runs these lines):
 
-    >>> print(f"{lower_bound():.4f} nats/token")  # the exact bound: mean of -log p(y) over test targets
+    >>> # the exact bound: mean of -log p(y) over test targets
+    >>> print(f"{lower_bound():.4f} nats/token")
     0.4908 nats/token
     >>> print(f"{deterministic_fraction(test_set()):.1%} of the targets have p(y) = 1")
     67.5% of the targets have p(y) = 1
 
-Run ``python code/lecture06/city_lab.py`` for a sample with its probabilities and the unigram and bigram
-baselines. This module is the language alone (numpy only); city_train.py trains models on it.
+Run ``python code/lecture06/city_lab.py`` for a sample with its probabilities and the unigram and
+bigram baselines. This module is the language alone (numpy only); city_train.py trains models on it.
 """
 from __future__ import annotations
 
@@ -71,9 +79,9 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Vocabulary
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 SPECIALS = ("<bos>", "<eos>")
 SHE_NAMES = ("anna", "maria", "sofia")
 HE_NAMES = ("paul", "omar", "lukas")
@@ -94,21 +102,23 @@ PRONOUN_OF = {**{n: "she" for n in SHE_NAMES}, **{n: "he" for n in HE_NAMES}}
 COUNTRY_OF = dict(zip(CITIES, COUNTRIES))
 
 # The probabilities of the random choices (the grammar in the docstring shows them too).
-P_TRIP_FROM_HOME = 0.6  # at home, a sentence is a trip with this probability (name or pronoun first),
-P_STORY_END = 0.1       # the end of the story with this one, and otherwise a sentence about the home city
+# at home, a sentence is a trip with this probability (name or pronoun first),
+P_TRIP_FROM_HOME = 0.6
+# the end of the story with this one, and otherwise a sentence about the home city
+P_STORY_END = 0.1
 P_TRIP_BACK = 0.5       # away, the trip back; otherwise a sentence about the city the person is in
 P_WEATHER = 0.6         # "CITY is" goes on with the weather; otherwise "in COUNTRY"
 
 SEQ_LEN = 32  # targets per window; a window holds SEQ_LEN + 1 tokens
 
-# Random streams: numpy seeds a generator from a list of integers, and the last entry names the stream,
-# so that no caller's seed can ever reproduce the test set.
+# Random streams: numpy seeds a generator from a list of integers, and the last entry names the
+# stream, so that no caller's seed can ever reproduce the test set.
 TEST_SEED, N_TEST = 20260202, 256  # 20260202: the date of lecture 6
 _TEST_STREAM, _TRAIN_STREAM, _BASELINE_STREAM = 0, 1, 2
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The grammar, written as a program
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # A distribution is a dict {word: probability}. The few distinct ones are built once and shared.
 
 
@@ -145,8 +155,9 @@ def _after_city_is(weather_said: str | None) -> dict[str, float]:
 
 
 def stories():
-    """The city language as a coroutine: it yields the distribution of the next token and is sent the
-    token actually chosen (a word). It starts just after a <bos> and runs forever, story after story.
+    """The city language as a coroutine: it yields the distribution of the next token and is sent
+    the token actually chosen (a word). It starts just after a <bos> and runs forever, story after
+    story.
 
     Its state changes only through the tokens sent in, so each distribution it yields is the exact
     conditional distribution of the next token given every token before it.
@@ -157,7 +168,8 @@ def stories():
         yield certain("in")
         home = yield uniform(CITIES)
         yield certain(".")
-        city, transport, weather_said = home, None, {}  # where the person is, how they went, weather so far
+        # where the person is, how they went, weather so far
+        city, transport, weather_said = home, None, {}
         while True:  # one sentence per loop
             first = yield _sentence_start(name, city, at_home=(city == home))
             if first == "<eos>":
@@ -207,7 +219,8 @@ def _inverse_cdf(distribution: dict[str, float], u: float) -> str:
 
 
 def _as_vectors(distributions: list[dict[str, float]]) -> np.ndarray:
-    """(len, V) array of the distributions. They are few and shared, so each vector is built once."""
+    """(len, V) array of the distributions. They are
+    few and shared, so each vector is built once."""
     return np.array([_vector_of(tuple(d.items())) for d in distributions])
 
 
@@ -219,9 +232,9 @@ def _vector_of(items: tuple[tuple[str, float], ...]) -> np.ndarray:
     return vector
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Batches: sampling, the test set, training batches
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -240,7 +253,8 @@ class CityBatch:
 
     @property
     def entropy(self) -> float:
-        """Mean of -log p(y) over the batch: the true model's cross-entropy, the bound for this batch."""
+        """Mean of -log p(y) over the batch: the true
+        model's cross-entropy, the bound for this batch."""
         return float(-np.log(self.p_y).mean())
 
 
@@ -264,8 +278,8 @@ def sample(n_windows: int, rng: np.random.Generator | int, seq_len: int = SEQ_LE
 
 
 def _replay(windows) -> list[list[dict]]:
-    """Check windows of token ids (or text) and run each through the grammar: for a window of L tokens,
-    the L distributions of the tokens after each of its prefixes."""
+    """Check windows of token ids (or text) and run each through the grammar: for a window of L
+    tokens, the L distributions of the tokens after each of its prefixes."""
     if isinstance(windows, str):
         windows = encode(windows)
     windows = np.asarray(windows)
@@ -273,12 +287,13 @@ def _replay(windows) -> list[list[dict]]:
         windows = windows[None]
     if windows.ndim != 2 or windows.size == 0 or not np.issubdtype(windows.dtype, np.integer):
         raise ValueError(f"windows must be integer token ids of shape (L,) or (B, L), got dtype "
-                         f"{windows.dtype} and shape {windows.shape}; use encode() to turn text into ids")
+                         f"{windows.dtype} and shape {windows.shape}; use encode() to turn text "
+                         "into ids")
     if windows.min() < 0 or windows.max() >= V:
         raise ValueError(f"token ids must lie in [0, {V}), got {windows.min()}..{windows.max()}")
     if np.any(windows[:, 0] != BOS):
-        raise ValueError("every window must start with <bos> (id 0): the true distribution is known "
-                         "only from the start of a story")
+        raise ValueError("every window must start with <bos> (id 0): the true distribution is "
+                         "known only from the start of a story")
     replayed = []
     for b, window in enumerate(windows):
         given = [VOCAB[i] for i in window]
@@ -286,7 +301,8 @@ def _replay(windows) -> list[list[dict]]:
         def choose(t, dist):
             if given[t + 1] not in dist:
                 raise ValueError(f"window {b}, token {t + 1}: {given[t + 1]!r} cannot follow "
-                                 f"{' '.join(given[:t + 1])!r}; the grammar allows only {sorted(dist)}")
+                                 f"{' '.join(given[:t + 1])!r}; the grammar allows only "
+                                 f"{sorted(dist)}")
             return given[t + 1]
 
         replayed.append(_walk(len(given) - 1, choose)[1])
@@ -294,13 +310,13 @@ def _replay(windows) -> list[list[dict]]:
 
 
 def true_distributions(windows) -> np.ndarray:
-    """Replay windows through the grammar. windows: token ids (L,) or (B, L), or text, each starting with
-    <bos>. Returns (B, L - 1, V): row t is p(next token | windows[:, :t + 1]), the target y[:, t]'s.
-    Raises ValueError if a window holds a token the grammar cannot produce where it stands."""
+    """Replay windows through the grammar. windows: token ids (L,) or (B, L), or text, each starting
+    with <bos>. Returns (B, L - 1, V): row t is p(next token | windows[:, :t + 1]), the target y[:,
+    t]'s. Raises ValueError if a window holds a token the grammar cannot produce where it stands."""
     replayed = _replay(windows)
     if len(replayed[0]) < 2:
-        raise ValueError("a window needs at least 2 tokens (<bos> and one target); for the distribution "
-                         "after a prefix, use next_token_distribution()")
+        raise ValueError("a window needs at least 2 tokens (<bos> and one target); for the "
+                         "distribution after a prefix, use next_token_distribution()")
     return np.stack([_as_vectors(distributions[:-1]) for distributions in replayed])
 
 
@@ -326,23 +342,23 @@ def _read_only(batch: CityBatch) -> CityBatch:
 
 @functools.lru_cache(maxsize=None)
 def test_set() -> CityBatch:
-    """The fixed test set: N_TEST windows of SEQ_LEN targets, with true distributions. Read-only, and the
-    same in every script and every run (its generator is seeded by TEST_SEED alone)."""
+    """The fixed test set: N_TEST windows of SEQ_LEN targets, with true distributions. Read-only,
+    and the same in every script and every run (its generator is seeded by TEST_SEED alone)."""
     return _read_only(sample(N_TEST, np.random.default_rng([TEST_SEED, _TEST_STREAM]),
                              with_distributions=True))
 
 
 def lower_bound() -> float:
-    """The exact lower bound on test cross-entropy, in nats/token: the mean of -log p(y) over the test
-    set's N_TEST * SEQ_LEN targets. No model can do better on average (Gibbs' inequality)."""
+    """The exact lower bound on test cross-entropy, in nats/token: the mean of -log p(y) over the
+    test set's N_TEST * SEQ_LEN targets. No model can do better on average (Gibbs' inequality)."""
     return test_set().entropy
 
 
 def training_batches(seed: int, batch_size: int, seq_len: int = SEQ_LEN,
                      with_distributions: bool = False) -> Iterator[CityBatch]:
-    """An endless stream of fresh batches. The generator is seeded by [seed, 1] and the test set's by
-    [TEST_SEED, 0], so no seed reproduces the test set. Every batch is new data, never trained on before,
-    so a batch's loss minus batch.entropy is a held-out excess for free."""
+    """An endless stream of fresh batches. The generator is seeded by [seed, 1] and the test set's
+    by [TEST_SEED, 0], so no seed reproduces the test set. Every batch is new data, never trained on
+    before, so a batch's loss minus batch.entropy is a held-out excess for free."""
     rng = np.random.default_rng([int(seed), _TRAIN_STREAM])
     while True:
         yield sample(batch_size, rng, seq_len, with_distributions)
@@ -353,29 +369,31 @@ def deterministic_fraction(batch: CityBatch) -> float:
     return float((batch.p_y == 1.0).mean())
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Scoring a model: excess over the bound
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 
 
 def excess_mnats(log_probs, batch: CityBatch) -> float:
     """A model's excess cross-entropy on `batch` over the true model's, in milli-nats per token.
 
-    log_probs: (B, S, V) log-probabilities the model gives each next token at each position of batch.x
-    (log_softmax of its logits). Returns 1000 * (mean -log q(y) - mean -log p(y)).
+    log_probs: (B, S, V) log-probabilities the model gives each next token at each position of
+    batch.x (log_softmax of its logits). Returns 1000 * (mean -log q(y) - mean -log p(y)).
     """
     log_probs = np.asarray(log_probs, dtype=np.float64)
     expected = batch.y.shape + (V,)
     if log_probs.shape != expected:
         raise ValueError(f"log_probs has shape {log_probs.shape}, but this batch needs (B, S, V) = "
-                         f"{expected}: run the model on batch.x (test_set().x for the test excess) and "
-                         f"pass one row of {V} log-probabilities per input position")
+                         f"{expected}: run the model on batch.x (test_set().x for the test excess) "
+                         f"and pass one row of {V} log-probabilities per input position")
     if not np.all(np.isfinite(log_probs) | (log_probs == -np.inf)):
-        raise ValueError("log_probs contains nan or +inf: the model has diverged (check its loss curve)")
+        raise ValueError("log_probs contains nan or +inf: the model has diverged "
+                         "(check its loss curve)")
     total = np.logaddexp.reduce(log_probs, axis=-1)
     if np.max(np.abs(total)) > 1e-3:
         raise ValueError(f"log_probs do not sum to 1 over the vocabulary (log of the sum is up to "
-                         f"{np.max(np.abs(total)):.3g} away from 0): pass log_softmax(logits), not logits")
+                         f"{np.max(np.abs(total)):.3g} away from 0): pass log_softmax(logits), "
+                         "not logits")
     log_q_y = np.take_along_axis(log_probs, batch.y[..., None], axis=-1)[..., 0]
     return 1000.0 * (float(-log_q_y.mean()) - batch.entropy)
 
@@ -385,16 +403,16 @@ def test_excess_mnats(log_probs) -> float:
     return excess_mnats(log_probs, test_set())
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Baselines: what a model without attention can reach
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 
 
 @functools.lru_cache(maxsize=None)
 def ngram_tables(n_windows: int = 20000, smoothing: float = 0.01) -> tuple[np.ndarray, np.ndarray]:
-    """Unigram (V,) and bigram (V, V) log-probability tables, fitted by counting on n_windows training
-    windows of their own fixed seed (add-`smoothing` counts so no test token gets probability 0).
-    bigram[a, b] = log q(next = b | current = a)."""
+    """Unigram (V,) and bigram (V, V) log-probability tables, fitted by counting on n_windows
+    training windows of their own fixed seed (add-`smoothing` counts so no test token gets
+    probability 0). bigram[a, b] = log q(next = b | current = a)."""
     data = sample(n_windows, np.random.default_rng([TEST_SEED, _BASELINE_STREAM]))
     unigram = np.bincount(data.y.ravel(), minlength=V) + smoothing
     bigram = np.full((V, V), smoothing)
@@ -404,16 +422,17 @@ def ngram_tables(n_windows: int = 20000, smoothing: float = 0.01) -> tuple[np.nd
 
 
 def baseline_excess_mnats() -> dict[str, float]:
-    """Test excess of the unigram model (no context) and of the bigram model (the current token only)."""
+    """Test excess of the unigram model (no context) and
+    of the bigram model (the current token only)."""
     unigram, bigram = ngram_tables()
     x = test_set().x
     return {"unigram": test_excess_mnats(np.broadcast_to(unigram, x.shape + (V,))),
             "bigram": test_excess_mnats(bigram[x])}
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Text <-> ids
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 
 
 def encode(text: str | list[str]) -> np.ndarray:
@@ -422,7 +441,8 @@ def encode(text: str | list[str]) -> np.ndarray:
     unknown = [w for w in words if w not in TOKEN_ID]
     if unknown:
         raise ValueError(f"unknown token(s) {unknown}: the city language has only the {V} words in "
-                         f"city_lab.VOCAB (lower case; '.' is a token of its own, separated by spaces)")
+                         f"city_lab.VOCAB (lower case; '.' is a token of its own, separated by "
+                         f"spaces)")
     return np.array([TOKEN_ID[w] for w in words], dtype=np.int64)
 
 
@@ -445,8 +465,10 @@ def _main():
     import textwrap
 
     test = test_set()
-    print(f"The city language: {V} tokens; windows of {SEQ_LEN} targets; the test set has {N_TEST}.")
-    print("Three test windows; [p] is the true probability of a random token, the others have p = 1:")
+    print(f"The city language: {V} tokens; windows of {SEQ_LEN} targets; "
+          f"the test set has {N_TEST}.")
+    print("Three test windows; [p] is the true probability of a random token, "
+          "the others have p = 1:")
     for b in range(3):
         print(textwrap.indent(textwrap.fill(describe_window(test, b), 96), "    ") + "\n")
     print(f"exact lower bound        {lower_bound():.4f} nats/token")

@@ -1,8 +1,8 @@
 """Where things are, answered in one place: the repository root, figures/, and lecture 5's code.
 
-Lecture 6 reuses lecture 5's framework (code/lecture05/tensor.py) and data set (reviews.py), which live in a
-sibling folder. Importing this module puts that folder on sys.path, so `import tensor` works in every
-script, module and test that imports `paths` first; nothing else touches sys.path.
+Lecture 6 reuses lecture 5's framework (code/lecture05/tensor.py) and data set (reviews.py), which
+live in a sibling folder. Importing this module puts that folder on sys.path, so `import tensor`
+works in every script, module and test that imports `paths` first; nothing else touches sys.path.
 """
 import os
 import sys
