@@ -981,13 +981,19 @@ def _marked(window: np.ndarray, prompt_len: int) -> str:
     return text if stop is None else f"{text} [{city_lab.VOCAB[window[stop]]} ✗] …".lstrip()
 
 
+# Part 6's claims are settled (over seeds 0-9 each held at 10 of 10, or at 1 of 10: beam 4 repeating
+# more): it counts them over the first GENERATION_SEEDS of part 5's models.
+GENERATION_SEEDS = 3
+
+
 def show_generation(args):
-    seeds = common.seeds_of(args)
-    models = constant_lr_models(seeds)
+    # all of part 5's models, so that the runner finds the stacks part 5 trained
+    models = constant_lr_models(part5_seeds(args))
     # the model of --seed, quick or not: part 5's 400-step constant-lr run
     s = serial_generation(float64_copy(models[args.seed].checkpoints[-1][1]),
                           lengths=(8, 31) if args.quick else (8, 16, 31), batch=16, seed=args.seed)
-    over_seeds = generation_over_seeds(models, n_windows=32 if args.quick else 64)
+    over_seeds = generation_over_seeds(dict(list(models.items())[:GENERATION_SEEDS]),
+                                       n_windows=32 if args.quick else 64)
     common.header(6, "§7.1, exercise 11", "Training is parallel, generation is serial")
     print_forward_passes(s, steps=over_seeds["per_seed"][0]["steps"])
     print()
