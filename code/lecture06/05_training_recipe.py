@@ -276,8 +276,9 @@ def print_conventions(c: dict):
     common.note(f"correct class: {c['p_torch'][k]:.2f} (PyTorch) vs {c['p_slides'][k]:.2f} "
                 f"(slides), differ by {c['diff_correct']:.3f} (= ε/V); each other class by "
                 f"{c['diff_other']:.4f}.\nBoth gradients are softmax(z) − p: max error "
-                f"{c['torch_grad_error']:.1e} (F.cross_entropy, label_smoothing={c['eps']}), "
-                f"{c['slides_grad_error']:.1e} (slides' target, tensor.py autodiff).")
+                f"{common.at_most(c['torch_grad_error'], ROUNDING)} (F.cross_entropy, "
+                f"label_smoothing={c['eps']}), {common.at_most(c['slides_grad_error'], ROUNDING)} "
+                "(slides' target, tensor.py autodiff).")
 
 
 @common.draws_figure
