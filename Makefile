@@ -1,8 +1,9 @@
 # Lecture 6 companion code. Every target makes its own virtual environment on first use.
 PYTHON ?= python3
-# Where torch comes from on Linux, where PyPI's torch is the CUDA build: PyTorch's CPU-only index if it answers
-# within 5 s, else the ordinary index. TORCH_INDEX=URL for a mirror, TORCH_INDEX=default for the ordinary index
-# (PyPI: with a GPU, the CUDA build). macOS and Windows always use the ordinary index: their builds are CPU-only.
+# Where torch comes from on Linux, where PyPI's torch is the CUDA build: PyTorch's CPU-only index if
+# it answers within 5 s, else the ordinary index. TORCH_INDEX=URL for a mirror, TORCH_INDEX=default
+# for the ordinary index (PyPI: with a GPU, the CUDA build). macOS and Windows always use the
+# ordinary index: their builds are CPU-only.
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -14,21 +15,27 @@ SCRIPTS := $(sort $(wildcard code/lecture06/0[1-7]_*.py))
 help:  ## list the targets
 	@grep -E '^[a-z]+:.*## ' Makefile | sed 's/:.*## /\t/'
 
-# Makes .venv when there is none, or when PYTHON or TORCH_INDEX is given (command line or environment) and its
-# stamp records another; checks PYTHON (3.10-3.14) and the platform first; removes .venv again if pip fails.
-GIVEN := $(foreach v,PYTHON TORCH_INDEX,$(if $(filter command line environment,$(origin $(v))),$(v)))
+# Makes .venv when there is none, or when PYTHON or TORCH_INDEX is given (command line or
+# environment) and its stamp records another; checks PYTHON (3.10-3.14) and the platform first;
+# removes .venv again if pip fails.
+GIVEN := \
+	$(foreach v,PYTHON TORCH_INDEX,$(if $(filter command line environment,$(origin $(v))),$(v)))
 venv:  ## make .venv (only); make venv PYTHON=python3.12 makes it again with that interpreter
-	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "make: PYTHON=$(PYTHON) is not a command; name a Python 3.10-3.14, e.g. PYTHON=python3.12" >&2; exit 1; }
+	@command -v $(PYTHON) >/dev/null 2>&1 || { \
+	  echo "make: PYTHON=$(PYTHON) is not a command; name a Python 3.10-3.14, e.g. PYTHON=python3.12" \
+	  >&2; exit 1; }
 	@$(PYTHON) tools/make_venv.py $(VENV) '$(TORCH_INDEX)' '$(firstword $(MAKECMDGOALS))' '$(GIVEN)'
 
-# figures/NN_output.txt (committed) is the script's output without its ⏱ lines, the wall-clock times that
-# differ on every run; the full output, ⏱ lines included, goes to figures/timed/NN_output.txt (not committed).
-all: venv  ## run every script: figures/*.png, figures/NN_output.txt (the ⏱ timings in figures/timed/)
+# figures/NN_output.txt (committed) is the script's output without its ⏱ lines, the wall-clock times
+# that differ on every run; the full output, ⏱ lines included, goes to figures/timed/NN_output.txt
+# (not committed).
+all: venv  ## run every script: figures/*.png, figures/NN_output.txt (⏱ timings in figures/timed/)
 	@mkdir -p $(TIMED)
 	@for s in $(SCRIPTS); do \
 	  n=$$(basename $$s | cut -c1-2); \
 	  echo "== $$s"; \
-	  $(PY) $$s --figures figures > $(TIMED)/$${n}_output.txt || { echo "$$s failed; its output so far: $(TIMED)/$${n}_output.txt" >&2; exit 1; }; \
+	  $(PY) $$s --figures figures > $(TIMED)/$${n}_output.txt \
+	    || { echo "$$s failed; its output so far: $(TIMED)/$${n}_output.txt" >&2; exit 1; }; \
 	  sed '/^[[:space:]]*⏱/d' $(TIMED)/$${n}_output.txt > figures/$${n}_output.txt; \
 	  grep '^[[:space:]]*⏱' $(TIMED)/$${n}_output.txt || true; \
 	done
@@ -39,10 +46,10 @@ test: venv  ## the test suite, but for the claims counted over 10 seeds (make se
 	$(PY) -m pytest -q -n auto --dist loadgroup --no-loadscope-reorder -m "not seeds" tests
 
 # One pytest process: runner.py trains each fixture's stacks of runs side by side on all the cores
-seeds: venv  ## the training claims, each counted over 10 seeds (a few minutes; CI runs it after make test)
+seeds: venv  ## the training claims, each over 10 seeds (a few minutes; CI runs it after make test)
 	$(PY) -m pytest -q -p no:xdist -m seeds tests
 
-bench: venv  ## time one training step, tensor.py against PyTorch; a city-language run, lone against stacked
+bench: venv  ## time a training step, tensor.py vs PyTorch; a city-language run, lone vs stacked
 	$(PY) code/lecture06/bench_step.py
 	$(PY) code/lecture06/bench_city.py
 

@@ -1,4 +1,5 @@
-"""Script 03: every claim of notes §3.2, §7.2, §8.4, §9.1-9.2 it serves (and exercise 3), from its part functions."""
+"""Script 03: every claim of notes §3.2, §7.2, §8.4, §9.1-9.2 it serves (and exercise 3), from its
+part functions."""
 import argparse
 import math
 from collections import Counter
@@ -72,7 +73,8 @@ def test_shape_and_stride_table_exactly():
 def test_view_after_permute_raises_and_contiguous_copies_once():
     r = s03.head_shapes()
     assert r["view_error"] is not None and "contiguous()" in r["view_error"]
-    assert r["layout_ops"] == {"view": 4, "permute": 4, "contiguous": 1}     # kT: one permute (0, 2, 3, 1)
+    # kT: one permute (0, 2, 3, 1)
+    assert r["layout_ops"] == {"view": 4, "permute": 4, "contiguous": 1}
 
 
 def test_exercise_3_shapes():
@@ -103,7 +105,8 @@ def test_matmul_flops_from_the_graph_counts_every_matmul_once():
 # ---- part 4 · S9.2-a
 def test_parity_with_torch_ref_in_train_mode():
     results = s03.parity()
-    assert [r["module"] for r in results] == ["attention", "FFN", "Pre-LN layer", "Post-LN layer", "DecoderLM"]
+    assert [r["module"] for r in results] == ["attention", "FFN", "Pre-LN layer", "Post-LN layer",
+                                              "DecoderLM"]
     for r in results:
         assert r["dropouts"] > 0
         assert r["output_diff"] <= s03.PARITY_BOUND, r                # the bound part 4 prints
@@ -116,9 +119,12 @@ def test_op_counts():
     r = s03.op_counts()
     m = r["modules"]
     layer = m["Pre-LN layer"]
-    assert layer["matmul"] == 8                                   # S8.4-b: Q, K, V, O, QKᵀ, AV, FFN × 2
-    assert sum(layer.values()) == 68                              # S8.4-a: the notes' count, call for call
-    assert layer["sub"] == 4 and layer["neg"] == 0 and layer["permute"] == 4   # x − m is one sub; kT one permute
+    # S8.4-b: Q, K, V, O, QKᵀ, AV, FFN × 2
+    assert layer["matmul"] == 8
+    # S8.4-a: the notes' count, call for call
+    assert sum(layer.values()) == 68
+    # x − m is one sub; kT one permute
+    assert layer["sub"] == 4 and layer["neg"] == 0 and layer["permute"] == 4
     # the layer is exactly its parts plus two residual adds
     parts = m["LayerNorm"] + m["LayerNorm"] + m["attention"] + m["FFN"] + Counter(add=2)
     assert layer == parts
@@ -130,15 +136,17 @@ def test_op_counts():
 
 # ---- part 6 · §3.3, §6.1-§6.2 the paper's encoder-decoder
 def test_base_encoder_decoder_has_63082496_parameters_by_module_count_formula_and_02_part_5():
-    r = s03.encoder_decoder_parameters()                      # built at the base size: d 512, V 37,000
+    # built at the base size: d 512, V 37,000
+    r = s03.encoder_decoder_parameters()
     assert all(row["by_formula"] == row["counted"] for row in r["rows"]), r["rows"]
     assert r["total"] == r["from_02"] == r["rows"][-1]["counted"] == 63_082_496
-    assert r["tables"] == 1                                   # one V × d table: source, target and output
+    # one V × d table: source, target and output
+    assert r["tables"] == 1
 
 
 def test_parameter_formula_equals_module_count_at_other_sizes():
-    for sizes in (dict(d=8, d_ff=20, n_head=2, n_layers=3, n_vocab=13), dict(d=6, d_ff=6, n_head=3, n_layers=1,
-                                                                             n_vocab=5)):
+    for sizes in (dict(d=8, d_ff=20, n_head=2, n_layers=3, n_vocab=13),
+                  dict(d=6, d_ff=6, n_head=3, n_layers=1, n_vocab=5)):
         r = s03.encoder_decoder_parameters(**sizes)
         assert all(row["by_formula"] == row["counted"] for row in r["rows"]), (sizes, r["rows"])
         assert r["total"] == r["from_02"]
@@ -154,9 +162,11 @@ def test_cross_attention_weights_are_B_h_S_tgt_S_src_and_padded_sources_get_zero
     assert shapes["weights", "(B, h, S_tgt, S_tgt), causal"] == (2, 3, 6, 6)
     assert shapes["memory", "encoder output"] == (2, 5, 12)
     assert shapes["logits = y · token_embeddingsᵀ", "(B, S_tgt, V)"] == (2, 6, 11)
-    assert r["calls"] == {"encoder attention": 1, "decoder attention": 1, "cross-attention": 1, "encoder ff": 1,
-                          "decoder ff": 1, "encode": 1, "embed": 2, "shift_right": 1}
-    assert r["self_future_max"] == 0.0 and r["cross_padded_max"] == 0.0 and r["cross_visible_min"] > 0.0
+    assert r["calls"] == {"encoder attention": 1, "decoder attention": 1, "cross-attention": 1,
+                          "encoder ff": 1, "decoder ff": 1, "encode": 1, "embed": 2,
+                          "shift_right": 1}
+    assert (r["self_future_max"] == 0.0 and r["cross_padded_max"] == 0.0
+            and r["cross_visible_min"] > 0.0)
 
 
 def test_encoder_decoder_matches_torch_nn_transformer_outputs_and_every_gradient_post_and_pre_ln():
@@ -178,7 +188,8 @@ def test_encoder_decoder_generation_encodes_once_one_pass_per_token_and_stops_at
     assert cached.n_forward == recomputed.n_forward == 55
     assert cached.positions_computed == 55 and recomputed.positions_computed == 55 * 56 // 2
     assert g["same_tokens"] and g["max_logit_diff"] <= 1e-12
-    assert g["training"]                                   # generate() switched dropout off and back
+    # generate() switched dropout off and back
+    assert g["training"]
     beam_cached, beam_recomputed = g["beam"][True]["generation"], g["beam"][False]["generation"]
     assert g["num_beams"] == 4 and g["length_penalty"] == 0.6                   # the paper's
     assert [run["encoder_calls"] for run in g["beam"].values()] == [1, 1]       # once per source
@@ -192,8 +203,8 @@ def test_encoder_decoder_generation_encodes_once_one_pass_per_token_and_stops_at
 def test_part6_prints_the_generation_and_the_parity_models_size(capsys):
     s03.show_encoder_decoder(argparse.Namespace(quick=True, seed=0, figures=None))
     out = capsys.readouterr().out
-    assert ("Against PyTorch's own torch.nn.Transformer at a small size, d = 16, h = 4, 2 + 2 layers, V = 11"
-            in out)
+    assert ("Against PyTorch's own torch.nn.Transformer at a small size, d = 16, h = 4, "
+            "2 + 2 layers, V = 11" in out)
     assert "differ by ≤ 1e-13: float64 rounding." in out and "MORE" not in out
     assert "add 64 parameters (= 4d = 64)" in out
     rows = {line.split("  ")[0]: line.split() for line in out.splitlines()
@@ -221,7 +232,8 @@ def test_part5_says_what_each_count_counts(capsys):
     assert "68 primitive calls = 8 matmuls + 60 others" in out
     assert "of our 60 others, 51 are elementwise ops and reductions and 9 rearrange the layout " \
            "(4 view, 4 permute, 1 contiguous)" in out
-    assert "The 8 view/permute calls only change strides" in out and "60 of the 68 calls touch memory" in out
+    assert ("The 8 view/permute calls only change strides" in out
+            and "60 of the 68 calls touch memory" in out)
     assert "(8 matmuls, 51 elementwise ops and reductions, 1 contiguous copy)" in out
 
 
@@ -232,11 +244,14 @@ def test_rounding_level_values_print_as_bounds():
 
 def test_script_runs_and_is_deterministic(capsys, tmp_path):
     outputs = []
-    for figures in (["--figures", str(tmp_path)], ["--no-figures"]):  # draw once: the figure is the slow bit
+    # draw once: the figure is the slow bit
+    for figures in (["--figures", str(tmp_path)], ["--no-figures"]):
         common.main(s03.__doc__, s03.PARTS, argv=["--quick"] + figures)
         outputs.append(capsys.readouterr().out)
-    untimed = [[line for line in out.splitlines() if not line.startswith(("[figure]", common.TIMER))]
-               for out in outputs]                                     # part 7's ⏱ lines differ run to run
+    # part 7's ⏱ lines differ run to run
+    untimed = [[line for line in out.splitlines()
+                if not line.startswith(("[figure]", common.TIMER))]
+               for out in outputs]
     assert untimed[0] == untimed[1]
     assert all(f"Part {k} ·" in outputs[0] for k in s03.PARTS)
     assert (tmp_path / "03_op_counts.png").exists() and (tmp_path / "03_fusion.png").exists()
@@ -245,15 +260,18 @@ def test_script_runs_and_is_deterministic(capsys, tmp_path):
 
 # ---- part 7 · beyond the notes: what fusion buys
 def test_fusion_counts_from_shapes_equal_a_real_run():
-    """The quadratic-in-S extrapolation from S = 2, 4, 6 (checked at 8) gives exactly what a run at S = 13 counts."""
+    """The quadratic-in-S extrapolation from S = 2, 4, 6 (checked at 8) gives exactly what a run at
+    S = 13 counts."""
     assert s03.fusion_counts_from_shapes(12, 3, 13) == s03.fusion_counts(12, 3, 13)
 
 
 def test_fusion_launches_flops_and_bytes():
     S, d, h = 10, 16, 4
     composed, fused, flash = s03.fusion_counts(d, h, S)
-    assert (composed["forward_calls"], fused["forward_calls"], flash["forward_calls"]) == (68, 29, 27)
-    assert (composed["forward_moving"], fused["forward_moving"], flash["forward_moving"]) == (60, 21, 19)
+    assert ((composed["forward_calls"], fused["forward_calls"], flash["forward_calls"])
+            == (68, 29, 27))
+    assert ((composed["forward_moving"], fused["forward_moving"], flash["forward_moving"])
+            == (60, 21, 19))
     for row in (composed, fused, flash):                               # notes §8.2: matmuls only
         assert row["forward_flops"] == 24 * S * d * d + 4 * S * S * d
     assert fused["backward_flops"] == composed["backward_flops"] == 2 * composed["forward_flops"]
@@ -265,5 +283,6 @@ def test_fusion_launches_flops_and_bytes():
 
 
 def test_fusion_path_names_are_checked():
-    with pytest.raises(ValueError, match="unknown path 'flash'; choose one of composed, fused, fused \\+ flash"):
+    with pytest.raises(ValueError, match="unknown path 'flash'; choose one of composed, fused, "
+                                         "fused \\+ flash"):
         s03._fusion_switch("flash")

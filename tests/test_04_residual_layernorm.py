@@ -1,9 +1,9 @@
 """Tests for script 04: every claim of notes §5.2-§5.4 it serves.
 
-Part 4 trains as the script does: the settled configurations (Post-LN without warmup at the large lr, both at the
-small lr) over seeds 0-2 for 100 steps; the two whose comparison needs the spread (warmed-up Post-LN against
-Pre-LN without warmup) for 400 steps over seeds 0-9, and asserts each of their claims with a margin that a seed
-or two tipping on another CPU cannot break.
+Part 4 trains as the script does: the settled configurations (Post-LN without warmup at the large
+lr, both at the small lr) over seeds 0-2 for 100 steps; the two whose comparison needs the spread
+(warmed-up Post-LN against Pre-LN without warmup) for 400 steps over seeds 0-9, and asserts each of
+their claims with a margin that a seed or two tipping on another CPU cannot break.
 """
 import argparse
 
@@ -17,7 +17,7 @@ from conftest import load_script
 m = load_script("04_residual_layernorm")
 
 
-# ---- Part 1 · S5.2 ----------------------------------------------------------------------------------------
+# ---- Part 1 · S5.2 -------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def gain():
     return m.gradient_gain(depths=(1, 8, 32, 64))
@@ -25,13 +25,16 @@ def gain():
 
 def test_no_residual_gradient_vanishes_as_the_default_init_predicts(gain):
     no_res = gain["gain"]["no residual"]
-    assert 1e-27 < no_res[-1] < 1e-23                                       # S5.2-a: ~1e-25 at L = 64
-    assert no_res[-1] == pytest.approx(gain["theory_no_residual"][-1], rel=0.5)  # (1/6)^32 = 1.26e-25
+    # S5.2-a: ~1e-25 at L = 64
+    assert 1e-27 < no_res[-1] < 1e-23
+    # (1/6)^32 = 1.26e-25
+    assert no_res[-1] == pytest.approx(gain["theory_no_residual"][-1], rel=0.5)
     assert np.all(np.diff(no_res) < 0)
 
 
 def test_residual_alone_explodes_and_residual_plus_layernorm_does_neither(gain):
-    assert 1e4 < gain["std"]["residual"][-1] < 1e7                          # S5.2-b: 6.5e+05 in the notes
+    # S5.2-b: 6.5e+05 in the notes
+    assert 1e4 < gain["std"]["residual"][-1] < 1e7
     assert gain["gain"]["residual"][-1] > 1e3
     for key in ("gain", "std"):                                             # S5.2-c
         assert np.all((1e-2 < gain[key]["residual + LN"]) & (gain[key]["residual + LN"] < 1e2))
@@ -44,12 +47,14 @@ def test_part1_uses_pytorchs_default_linear_init():
     assert float(block.linear.weight.detach().abs().max()) <= 1 / 16
 
 
-# ---- Part 2 · S5.3 ----------------------------------------------------------------------------------------
+# ---- Part 2 · S5.3 -------------------------------------------------------------------------------
 def test_layernorm_ignores_the_companions_batchnorm_does_not():
     r = m.batch_companions()
     assert all(row["ln_change"] == 0.0 for row in r["rows"])                # S5.3-a: exactly 0
-    assert all(row["bn_change"] > 0.1 for row in r["rows"])                 # S5.3-b: O(1), 1.6-1.8 in the notes
-    assert 1e-7 <= r["scaled"][1e-5] <= 1e-4                                # S5.3-c: from eps (8.1e-06 in the notes)
+    # S5.3-b: O(1), 1.6-1.8 in the notes
+    assert all(row["bn_change"] > 0.1 for row in r["rows"])
+    # S5.3-c: from eps (8.1e-06 in the notes)
+    assert 1e-7 <= r["scaled"][1e-5] <= 1e-4
     assert r["scaled"][0.0] <= m.LAYERNORM_ROUNDING   # the bound printed in its place
 
 
@@ -59,15 +64,17 @@ def test_part2_table_counts_trials(capsys):
     lines = capsys.readouterr().out.splitlines()
     header = next(line for line in lines if "LayerNorm" in line and "BatchNorm" in line)
     assert header.split()[0] == "trial" and "companions" not in header
-    first_column = [line.split()[0] for line in lines[lines.index(header) + 2:] if line.strip()[:1].isdigit()]
+    first_column = [line.split()[0] for line in lines[lines.index(header) + 2:]
+                    if line.strip()[:1].isdigit()]
     assert first_column == [str(i) for i in range(1, len(m.batch_companions()["rows"]) + 1)]
     assert any(f"≤ {m.LAYERNORM_ROUNDING:.0e} (rounding) with eps = 0" in line for line in lines)
 
 
 def test_the_norms_agree_with_torch():
     x = np.random.default_rng(0).standard_normal((3, 5, 8))
-    expected_bn = torch.nn.functional.batch_norm(torch.tensor(x).permute(0, 2, 1), None, None, training=True,
-                                                 eps=1e-5).permute(0, 2, 1).numpy()  # (B, D, S) -> (B, S, D)
+    # (B, D, S) -> (B, S, D)
+    expected_bn = torch.nn.functional.batch_norm(torch.tensor(x).permute(0, 2, 1), None, None,
+                                                 training=True, eps=1e-5).permute(0, 2, 1).numpy()
     np.testing.assert_allclose(m.batch_norm(x), expected_bn, atol=1e-12)
     expected_ln = torch.nn.functional.layer_norm(torch.tensor(x), (8,), eps=1e-5).numpy()
     np.testing.assert_allclose(m.layer_norm(x), expected_ln, atol=1e-12)
@@ -76,14 +83,16 @@ def test_the_norms_agree_with_torch():
 # ---- Part 3 · S5.4-a, S5.4-b, S5.4-h, and the README's FFN branch scales at init -----------------
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_pre_ln_last_layer_gradient_shrinks_with_depth_post_ln_does_not(seed):
-    """What part 3 concludes, at the script's --seed 0, 1 and 2 (each the mean over that seed and the next two)."""
+    """What part 3 concludes, at the script's --seed 0, 1 and 2 (each the mean over that seed and
+    the next two)."""
     seeds = (seed, seed + 1, seed + 2)
     r = m.layer_grad_norms(seeds=seeds)  # L = 2..32, as the script runs it
     unit = m.layer_grad_norms(seeds=seeds, embedding_std=1.0, placements=("Post-LN",))
     f = m.part3_findings(r, unit)
     (pre_2, pre_32), (post_2, post_32) = f["last"]["Pre-LN"], f["last"]["Post-LN"]
     assert f["pre_ln_last_shrinks"] and pre_32 / pre_2 < 0.8                  # S5.4-b
-    assert not f["post_ln_last_shrinks"] and post_32 >= post_2              # S5.4-a (weak form: the notes' table is noisy)
+    # S5.4-a (weak form: the notes' table is noisy)
+    assert not f["post_ln_last_shrinks"] and post_32 >= post_2
     assert f["post_over_pre_deep"] > 1.5
     # the first layer's large gradient in Post-LN comes from the embeddings' small scale
     assert f["first_over_last"] > 2 and f["unit_first_over_last"] < f["first_over_last"]
@@ -91,22 +100,26 @@ def test_pre_ln_last_layer_gradient_shrinks_with_depth_post_ln_does_not(seed):
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_ffn_branch_starts_largest_with_xavier_and_smallest_with_gpt2(seed):
-    """README (§5.4 needs the original init): layer 1's FFN branch std over its input's at init is about 0.48
-    with Xavier, 0.20 with PyTorch's default and 0.026 with GPT-2's N(0, 0.02²)."""
+    """README (§5.4 needs the original init): layer 1's FFN branch std over its input's at init is
+    about 0.48 with Xavier, 0.20 with PyTorch's default and 0.026 with GPT-2's N(0, 0.02²)."""
     ratio = {init: m.branch_scale(init, seed)["ratio"] for init in ("xavier", "default", "gpt2")}
     assert ratio["xavier"] > ratio["default"] > ratio["gpt2"]
-    assert 0.4 < ratio["xavier"] < 0.6 and 0.15 < ratio["default"] < 0.25 and 0.02 < ratio["gpt2"] < 0.035
+    assert (0.4 < ratio["xavier"] < 0.6 and 0.15 < ratio["default"] < 0.25
+            and 0.02 < ratio["gpt2"] < 0.035)
     assert ratio["default"] > 5 * ratio["gpt2"]
 
 
 def test_part3_prints_one_branch_scale_line_per_init(capsys, monkeypatch):
-    original = m.layer_grad_norms                              # the gradient table at a small size, for speed
-    monkeypatch.setattr(m, "layer_grad_norms", lambda **kwargs: original(**dict(kwargs, depths=(2, 4), seeds=(0,))))
+    # the gradient table at a small size, for speed
+    original = m.layer_grad_norms
+    monkeypatch.setattr(m, "layer_grad_norms",
+                        lambda **kwargs: original(**dict(kwargs, depths=(2, 4), seeds=(0,))))
     m.show_layer_grad_norms(argparse.Namespace(seed=1, quick=True, figures=None))
     lines = capsys.readouterr().out.splitlines()
     scale = [line.split() for line in lines if line.startswith("  ") and "):" in line]
     assert [words[0] for words in scale] == ["xavier", "default", "gpt2"]
-    for words in scale:                                       # computed at the script's seed, 3 digits
+    # computed at the script's seed, 3 digits
+    for words in scale:
         assert float(words[-1]) == pytest.approx(m.branch_scale(words[0], 1)["ratio"], rel=3e-3)
 
 
@@ -115,9 +128,10 @@ def test_pre_ln_has_a_final_layernorm():                                    # S5
     assert model.ln is not None and m.city_train.build_model(n_layers=2, pre_ln=False).ln is None
 
 
-# ---- Part 4 · S5.4-d..g: claims over seeds ------------------------------------------------------------------
-# The settled configurations at 3 seeds, as the script runs them, in an xdist group of their own (make test); the
-# contested two at 10 seeds (the script's default is 5), in make seeds: 20 runs of 400 steps.
+# ---- Part 4 · S5.4-d..g: claims over seeds -------------------------------------------------------
+# The settled configurations at 3 seeds, as the script runs them, in an xdist group of their own
+# (make test); the contested two at 10 seeds (the script's default is 5), in make seeds: 20 runs of
+# 400 steps.
 SETTLED_SEEDS, CONTESTED_SEEDS = (0, 1, 2), tuple(range(10))
 EARLY = pytest.mark.xdist_group("test_04 settled")
 FULL = pytest.mark.seeds
@@ -131,46 +145,56 @@ def early():
 
 @pytest.fixture(scope="module")
 def full():
-    """The instability of warmed-up Post-LN needs the full 400 steps, and its fate varies by seed."""
-    return m.training_stability([(config, CONTESTED_SEEDS, m.CONTESTED_STEPS) for config in m.CONTESTED])
+    """The instability of warmed-up Post-LN needs the full 400 steps, and its fate varies by
+    seed."""
+    return m.training_stability([(config, CONTESTED_SEEDS, m.CONTESTED_STEPS)
+                                 for config in m.CONTESTED])
 
 
+# S5.4-e
 @EARLY
-def test_post_ln_without_warmup_stays_at_the_unigram_level_by_a_margin_no_kernel_moves(early):   # S5.4-e
+def test_post_ln_without_warmup_stays_at_the_unigram_level_by_a_margin_no_kernel_moves(early):
     margins = m.stability_claims(early)["fails", "Post-LN", m.LARGE_LR, 0]
-    # settled: decided at every seed by more than other float kernels move a final excess, so the printed count
-    # is the same on any CPU (unmarked); seeds 0-4 on two CPUs and torch's generic kernels: 2837-2868 at step 100
+    # settled: decided at every seed by more than other float kernels move a final excess, so the
+    # printed count is the same on any CPU (unmarked); seeds 0-4 on two CPUs and torch's generic
+    # kernels: 2837-2868 at step 100
     assert len(margins) == 3 and min(margins) > m.SETTLED_TIPPING
     unigram = early["baselines"]["unigram"]
-    assert all(0.95 * unigram < run["final"] < 1.1 * unigram for run in early["runs"] if run["lr"] == m.LARGE_LR)
+    assert all(0.95 * unigram < run["final"] < 1.1 * unigram
+               for run in early["runs"] if run["lr"] == m.LARGE_LR)
     # and far from the small-lr runs of the same 100 steps (seeds 0-4: 2837-2868 against 367-559)
     small = [run["final"] for run in early["runs"] if run["lr"] == m.SMALL_LR]
     assert min(run["final"] for run in early["runs"] if run["lr"] == m.LARGE_LR) > 3 * max(small)
 
 
+# S5.4-d
 @EARLY
-def test_both_train_at_the_small_lr_by_a_margin_no_kernel_moves(early):                            # S5.4-d
+def test_both_train_at_the_small_lr_by_a_margin_no_kernel_moves(early):
     claims = m.stability_claims(early)
     for placement in ("Post-LN", "Pre-LN"):
         margins = claims["trains", placement, m.SMALL_LR, 0]
         assert len(margins) == 3 and min(margins) > m.SETTLED_TIPPING
 
 
+# S5.4-f, S5.4-g
 @FULL
-def test_pre_ln_trains_without_warmup_and_post_ln_with_it_at_most_seeds(full):                  # S5.4-f, S5.4-g
-    """Measured (10 seeds, this engine): Pre-LN 10 of 10, Post-LN 9-10 of 10 on the CPUs we tried; one seed in ten
-    blew up on one machine. At a true rate of 0.9 the chance that 10 seeds count 5 or fewer is 0.16%, so "at least
-    6 of 10" is safe against another CPU's tipping seeds, where "10 of 10" is not."""
+def test_pre_ln_trains_without_warmup_and_post_ln_with_it_at_most_seeds(full):
+    """Measured (10 seeds, this engine): Pre-LN 10 of 10, Post-LN 9-10 of 10 on the CPUs we tried;
+    one seed in ten blew up on one machine. At a true rate of 0.9 the chance that 10 seeds count 5
+    or fewer is 0.16%, so "at least 6 of 10" is safe against another CPU's tipping seeds, where "10
+    of 10" is not."""
     claims = m.stability_claims(full)
     for key in (("trains", "Pre-LN", m.LARGE_LR, 0), ("trains", "Post-LN", m.LARGE_LR, m.WARMUP)):
         assert len(claims[key]) == 10 and common.holds(claims[key]) >= 6
         assert common.verdict(common.holds(claims[key]), 10) in ("holds", "mostly")
 
 
+# S5.4-f "unstable"
 @FULL
-def test_warmed_up_post_ln_climbs_back_further_than_pre_ln_at_most_seeds(full):                 # S5.4-f "unstable"
-    """Measured 9 of 10 on an AVX-512 CPU (the tenth a tie: 0.024 against 0.026); as above, asserted at >= 6 of 10
-    (0.16% to fail at a true rate of 0.9). The medians separate the placements by far more than one seed can."""
+def test_warmed_up_post_ln_climbs_back_further_than_pre_ln_at_most_seeds(full):
+    """Measured 9 of 10 on an AVX-512 CPU (the tenth a tie: 0.024 against 0.026); as above, asserted
+    at >= 6 of 10 (0.16% to fail at a true rate of 0.9). The medians separate the placements by far
+    more than one seed can."""
     margins = m.stability_claims(full)["climbs more"]
     assert len(margins) == 10 and common.holds(margins) >= 6
     climbs = {placement: [run["climb"] for run in full["runs"] if run["placement"] == placement]
@@ -181,7 +205,8 @@ def test_warmed_up_post_ln_climbs_back_further_than_pre_ln_at_most_seeds(full): 
 @FULL
 def test_the_ending_sentence_is_worded_by_the_count_of_seeds_where_each_ends_lower(full):
     finals = {config: {run["seed"]: run["final"] for run in full["runs"]
-                       if (run["placement"], run["lr"], run["warmup"]) == config} for config in m.CONTESTED}
+                       if (run["placement"], run["lr"], run["warmup"]) == config}
+              for config in m.CONTESTED}
     post, pre = (finals[config] for config in m.CONTESTED)
     post_lower = sum(post[s] < pre[s] for s in CONTESTED_SEEDS)
     text = m.ending_text(full)
@@ -203,7 +228,8 @@ def test_the_summary_counts_what_the_small_lr_runs_show(early, capsys):
     for line in m.stability_summary(early):
         line()
     out = capsys.readouterr().out
-    assert f"lr {m.SMALL_LR:g}: Post-LN trains (ends below the bigram model): 3 of 3 seeds, holds" in out
+    assert (f"lr {m.SMALL_LR:g}: Post-LN trains (ends below the bigram model): "
+            "3 of 3 seeds, holds" in out)
     assert f"lr {m.SMALL_LR:g}: Pre-LN trains: 3 of 3 seeds, holds" in out
 
 
@@ -213,16 +239,20 @@ def test_the_summary_counts_what_the_large_lr_runs_show(full, capsys):
         line()
     out = capsys.readouterr().out
     k = common.holds(m.stability_claims(full)["climbs more"])
-    assert f"climbs back further than Pre-LN's (no warmup): {k} of 10 seeds, {common.verdict(k, 10)}" in out
-    assert all(line.startswith(common.KERNELS) for line in out.splitlines())   # contested: every count ⚙
+    assert (f"climbs back further than Pre-LN's (no warmup): {k} of 10 seeds, "
+            f"{common.verdict(k, 10)}" in out)
+    # contested: every count ⚙
+    assert all(line.startswith(common.KERNELS) for line in out.splitlines())
 
 
 def test_part1_states_the_residual_streams_growth_that_its_table_shows(capsys):
     m.show_gradient_gain(argparse.Namespace(seed=0, quick=True, figures=None))
     out = capsys.readouterr().out
     r = m.gradient_gain(seeds=(0,))
-    growth = (r["std"]["residual"][-1] / r["std"]["residual"][-2]) ** (1 / (r["depths"][-1] - r["depths"][-2]))
-    assert f"grows ×{growth:.2f} per layer" in out and f"doubling every {np.log(2) / np.log(growth):.1f} layers" in out
+    growth = ((r["std"]["residual"][-1] / r["std"]["residual"][-2])
+              ** (1 / (r["depths"][-1] - r["depths"][-2])))
+    assert (f"grows ×{growth:.2f} per layer" in out
+            and f"doubling every {np.log(2) / np.log(growth):.1f} layers" in out)
     assert 1.1 < growth < 1.5
 
 

@@ -1,5 +1,5 @@
-"""Tests for code/lecture06/05_training_recipe.py: every claim of notes §7.1, §7.3, §7.5, §7.6 and exercises
-7-9 and 11, exact where the setup fixes them, over seeds where training decides them."""
+"""Tests for code/lecture06/05_training_recipe.py: every claim of notes §7.1, §7.3, §7.5, §7.6 and
+exercises 7-9 and 11, exact where the setup fixes them, over seeds where training decides them."""
 import math
 
 import numpy as np
@@ -22,7 +22,7 @@ def one_torch_thread():
         yield
 
 
-# ---- Part 1 · §7.1 teacher forcing (S7.1-a, S7.1-b) -----------------------------------------------
+# ---- Part 1 · §7.1 teacher forcing (S7.1-a, S7.1-b) ----------------------------------------------
 def test_teacher_forcing_one_pass_equals_one_pass_per_prefix():
     r = m.teacher_forcing()
     assert r["targets"] == "I like singing and dancing . <eos>".split()
@@ -40,7 +40,8 @@ def test_teacher_forcing_needs_the_causal_mask():
     """Without the mask, position t sees the answer: the one-pass numbers would then differ."""
     r = m.teacher_forcing(seed=3)
     transformer.set_seed(3)
-    model = transformer.DecoderLM(len(r["vocab"]), 16, 2, n_positions=7, n_layers=2, causal=False).eval()
+    model = transformer.DecoderLM(len(r["vocab"]), 16, 2, n_positions=7, n_layers=2,
+                                  causal=False).eval()
     ids = np.array([[r["vocab"].index(w) for w in r["inputs"]]])
     with transformer.no_grad():
         full = model(ids).data[0, 0]
@@ -70,7 +71,8 @@ def test_two_conventions_at_v10():
     expected_torch[3] = 0.91
     expected_slides = np.full(10, 0.1 / 9)
     expected_slides[3] = 0.9
-    np.testing.assert_allclose(c["p_torch_measured"], expected_torch, atol=1e-12)       # S7.3-b, Ex8
+    # S7.3-b, Ex8
+    np.testing.assert_allclose(c["p_torch_measured"], expected_torch, atol=1e-12)
     np.testing.assert_allclose(c["p_torch"], expected_torch, atol=1e-15)
     np.testing.assert_allclose(c["p_slides"], expected_slides, atol=1e-15)
     assert c["diff_correct"] == pytest.approx(0.010, abs=1e-12)                           # S7.3-c
@@ -82,8 +84,8 @@ def test_two_conventions_at_v10():
 
 @pytest.mark.parametrize("convention", ["torch", "slides"])
 def test_smoothed_optimum_is_the_expected_target(convention):
-    """S7.3-d: the smoothed loss's optimum is the smoothed target averaged over the true p, checked at
-    test positions by summing the targets of every possible next token (no formula reused)."""
+    """S7.3-d: the smoothed loss's optimum is the smoothed target averaged over the true p, checked
+    at test positions by summing the targets of every possible next token (no formula reused)."""
     p = city_lab.test_set().p_true[:4].reshape(-1, city_lab.V)      # 128 positions
     eps = 0.1
     brute = np.stack([sum(pv[y] * m.smoothed_targets(city_lab.V, eps, y, convention)
@@ -99,7 +101,8 @@ def cost():
 def test_label_smoothing_cost_on_the_city_language(cost):
     test = city_lab.test_set()
     V, n = city_lab.V, test.y.size
-    assert cost["positions"] == n and cost["bound"] == pytest.approx(city_lab.lower_bound(), rel=1e-15)
+    assert (cost["positions"] == n
+            and cost["bound"] == pytest.approx(city_lab.lower_bound(), rel=1e-15))
     for row in cost["rows"]:
         eps = row["eps"]
         for convention, other in (("torch", eps / V), ("slides", None)):
@@ -108,9 +111,11 @@ def test_label_smoothing_cost_on_the_city_language(cost):
             exact = 1000 * float(np.mean(-np.log(q_y)) - np.mean(-np.log(test.p_y)))
             c = row[convention]
             assert c["cost"] == pytest.approx(exact, rel=1e-9)
-            # the test targets are samples of p: their mean cost is close to the expected one, E KL(p‖q*)
+            # the test targets are samples of p: their mean cost is close to the expected one,
+            # E KL(p‖q*)
             assert c["kl"] == pytest.approx(c["cost"], rel=0.01)
-            # two thirds of the targets are certain and pay -log(1-ε+ε/V) each: the cost is near the ceiling
+            # two thirds of the targets are certain and pay -log(1-ε+ε/V) each: the cost is near the
+            # ceiling
             assert 0.9 * row["ceiling"] < c["cost"] < row["ceiling"]                   # S11-b
             assert c["argmax_unchanged"] == n                                           # S7.3-e
             assert c["perplexity"] == pytest.approx(math.exp(c["cross_entropy"]), rel=1e-12)
@@ -127,11 +132,12 @@ def test_label_smoothing_curve_matches_the_table(cost):
         i = int(np.argmin(np.abs(cost["grid"] - row["eps"])))
         if abs(cost["grid"][i] - row["eps"]) < 1e-12:
             for convention in ("torch", "slides"):
-                assert cost["curve"][convention][i] == pytest.approx(row[convention]["cost"], rel=1e-9)
+                assert (cost["curve"][convention][i]
+                        == pytest.approx(row[convention]["cost"], rel=1e-9))
     assert cost["curve"]["torch"][0] == 0.0
 
 
-# ---- Part 3 · §7.5 the learning-rate formula (S7.5-b..e, Ex7) --------------------------------------
+# ---- Part 3 · §7.5 the learning-rate formula (S7.5-b..e, Ex7) ------------------------------------
 def test_lr_schedule():
     r = m.lr_schedule()
     assert r["peak"] == pytest.approx(512 ** -0.5 * 4000 ** -0.5, rel=1e-12)
@@ -146,7 +152,8 @@ def test_lr_schedule():
     assert r["ex7_parts"]["warmup_factor"] == pytest.approx(252982, abs=0.5)
     assert r["ex7_parts"]["rsqrt_16000"] == pytest.approx(0.00791, abs=5e-6)
     assert r["step_one"] == pytest.approx(r["peak"] / 4000, rel=1e-12)
-    np.testing.assert_allclose(r["first_lrs"], [transformer.noam_lr(s) for s in (1, 2, 3)], rtol=1e-12)
+    np.testing.assert_allclose(r["first_lrs"], [transformer.noam_lr(s) for s in (1, 2, 3)],
+                               rtol=1e-12)
     assert r["step_zero"]["numpy"] == 0.0
     assert r["step_zero"]["python"].startswith("ZeroDivisionError")
     assert r["step_zero"]["lambda_lr"].startswith("ZeroDivisionError")
@@ -162,11 +169,12 @@ def test_noam_lr_rejects_steps_outside_its_domain(bad):
 @pytest.mark.parametrize("bad,kind", [(1.0, "a float"), (1.5, "a float"), (True, "a bool"),
                                       (np.array([1.0, 2.0]), "an array of float64")])
 def test_noam_lr_given_a_float_step_says_the_float_is_the_problem(bad, kind):
-    with pytest.raises(TypeError, match=rf"step must be an integer \(it counts updates, from 1\), got .*, {kind}$"):
+    with pytest.raises(TypeError, match=rf"step must be an integer \(it counts updates, from 1\), "
+                                        rf"got .*, {kind}$"):
         transformer.noam_lr(bad)
 
 
-# ---- Part 4 · §7.5 Adam's first step (S7.5-f, Ex9) -------------------------------------------------
+# ---- Part 4 · §7.5 Adam's first step (S7.5-f, Ex9) -----------------------------------------------
 def test_adam_first_step_is_lr_times_sign():
     r = m.adam_first_step()
     g = r["rows"]["gradient"]
@@ -176,14 +184,17 @@ def test_adam_first_step_is_lr_times_sign():
         for impl in ("torch", "ours"):
             np.testing.assert_allclose(r["rows"][eps][impl], expected, rtol=1e-9)
             assert np.abs(r["rows"][eps][impl] - r["rows"][eps]["formula"]).max() <= m.ROUNDING
-    np.testing.assert_allclose(r["rows"][1e-9]["torch"], np.sign(g), rtol=1e-2)          # |g| >= 1e-6
+    # |g| >= 1e-6
+    np.testing.assert_allclose(r["rows"][1e-9]["torch"], np.sign(g), rtol=1e-2)
     assert r["rows"][1e-9]["torch"][0] == pytest.approx(0.999001, abs=1e-6)
     assert r["rows"][1e-8]["torch"][0] == pytest.approx(0.990099, abs=1e-6)
-    np.testing.assert_array_equal(r["rows"]["sgd"], g)   # SGD's step spans the 9 orders of magnitude
+    # SGD's step spans the 9 orders of magnitude
+    np.testing.assert_array_equal(r["rows"]["sgd"], g)
 
 
-# ---- Part 5 · §7.6 checkpoint averaging (S7.6-b) ---------------------------------------------------------------
-# The script's setup on 3 seeds for what every run must show (make test), on 10 seeds for the claims (make seeds)
+# ---- Part 5 · §7.6 checkpoint averaging (S7.6-b) -------------------------------------------------
+# The script's setup on 3 seeds for what every run must show (make test), on 10 seeds for the claims
+# (make seeds)
 SEEDS, CLAIM_SEEDS = (0, 1, 2), tuple(range(10))
 
 
@@ -199,7 +210,8 @@ def averaging_over_seeds():
 
 def test_every_run_averages_its_own_checkpoints(averaging):
     r = averaging
-    assert r["seeds"] == list(SEEDS) and [s for s, _ in r["checkpoints"]] == list(range(50, 401, 50))
+    assert (r["seeds"] == list(SEEDS)
+            and [s for s, _ in r["checkpoints"]] == list(range(50, 401, 50)))
     assert r["last"] == r["checkpoints"][-1][1] == r["runs"][0]["last"]
     rows = {row["k"] or row["name"]: row for row in r["rows"]}
     for run, vs_last in zip(r["runs"], rows[5]["vs_last"]):
@@ -209,19 +221,22 @@ def test_every_run_averages_its_own_checkpoints(averaging):
 
 @pytest.mark.seeds
 def test_averaging_the_last_five_checkpoints_beats_the_last_at_most_seeds(averaging_over_seeds):
-    """Measured 10 of 10 (margins 2-24 mnat/token; other kernels move an excess by a few): asserted at >= 8 of 10,
-    which a true rate of 0.95 fails with 1% chance. Averaging all 8 drags in the poor early checkpoints: it beat
-    the last at 1 of 10, asserted at <= 4 (0.16% at a true rate of 0.1)."""
+    """Measured 10 of 10 (margins 2-24 mnat/token; other kernels move an excess by a few): asserted
+    at >= 8 of 10, which a true rate of 0.95 fails with 1% chance. Averaging all 8 drags in the poor
+    early checkpoints: it beat the last at 1 of 10, asserted at <= 4 (0.16% at a true rate of
+    0.1)."""
     claims = m.averaging_claims(averaging_over_seeds)
-    assert common.holds(claims[5]) >= 8                                       # S7.6-b, the paper's last 5
+    # S7.6-b, the paper's last 5
+    assert common.holds(claims[5]) >= 8
     assert common.holds(claims[8]) <= 4
 
 
 @pytest.mark.seeds
 def test_averaging_gains_about_what_decaying_the_lr_gains_at_most_seeds(averaging_over_seeds):
-    """§7.6: averaging the last 5 checkpoints is "about as good as decaying the lr". Measured: decaying beats the
-    last checkpoint at 9 of 10 (asserted >= 6: 0.16% at a true 0.9), and the two gains are within a factor of 2
-    of each other at 8 of 10 (asserted >= 5: 3.3% at a true 0.8, 0.6% at 0.85)."""
+    """§7.6: averaging the last 5 checkpoints is "about as good as decaying the lr". Measured:
+    decaying beats the last checkpoint at 9 of 10 (asserted >= 6: 0.16% at a true 0.9), and the two
+    gains are within a factor of 2 of each other at 8 of 10 (asserted >= 5: 3.3% at a true 0.8, 0.6%
+    at 0.85)."""
     claims = m.averaging_claims(averaging_over_seeds)
     assert common.holds(claims["decayed"]) >= 6
     assert common.holds(claims["about as much"]) >= 5
@@ -230,8 +245,9 @@ def test_averaging_gains_about_what_decaying_the_lr_gains_at_most_seeds(averagin
 
 
 def test_checkpoint_averaging_bookkeeping():
-    """Tiny runs: the rows pair every seed with its own last checkpoint, an average is the test excess of the
-    averaged weights, and only the first seed is scored at every checkpoint, as training scores it."""
+    """Tiny runs: the rows pair every seed with its own last checkpoint, an average is the test
+    excess of the averaged weights, and only the first seed is scored at every checkpoint, as
+    training scores it."""
     import city_train
     r = m.checkpoint_averaging(seeds=(3, 4), model_size=dict(n_layers=1, n_embd=16, n_head=2),
                                steps=20, checkpoint_every=4, ks=(2, None))
@@ -240,14 +256,16 @@ def test_checkpoint_averaging_bookkeeping():
     for row in r["rows"]:
         assert row["vs_last"] == [e - run["last"] for e, run in zip(row["excess"], r["runs"])]
         assert row["beats_last"] == sum(d < 0 for d in row["vs_last"])
-        assert row["spread"] == (float(np.median(row["excess"])), min(row["excess"]), max(row["excess"]))
+        assert row["spread"] == (float(np.median(row["excess"])), min(row["excess"]),
+                                 max(row["excess"]))
     first, second = r["runs"]
     assert all(e is not None for _, e in first["checkpoints"])
     assert [e for _, e in second["checkpoints"]] == [None] * 4 + [second["last"]]
     assert r["decayed"] == first["decayed"] == first["decayed_curve"][-1][1]
     scored_in_training = city_train.run(model=dict(n_layers=1, n_embd=16, n_head=2, seed=3),
                                         training=dict(steps=20, lr=3e-3, seed=3, eval_every=4))
-    assert first["checkpoints"] == [(step, test) for step, _, test in scored_in_training.curve[1:]]   # bit for bit
+    # bit for bit
+    assert first["checkpoints"] == [(step, test) for step, _, test in scored_in_training.curve[1:]]
     result = city_train.run(model=dict(n_layers=1, n_embd=16, n_head=2, seed=4),
                             training=dict(steps=20, lr=3e-3, seed=4, checkpoint_every=4))
     model = city_train.build_model(n_layers=1, n_embd=16, n_head=2, seed=4)
@@ -259,25 +277,31 @@ def test_figures_are_written(tmp_path, averaging, cost):
     m.draw_smoothing_cost(cost, str(tmp_path))
     m.draw_lr_schedule(m.lr_schedule(), str(tmp_path))
     m.draw_checkpoint_averaging(averaging, str(tmp_path))
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["05_checkpoint_averaging.png", "05_label_smoothing.png",
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["05_checkpoint_averaging.png",
+                                                          "05_label_smoothing.png",
                                                           "05_lr_schedule.png"]
 
 
-# ---- Part 6 · §7.1, exercise 11: training is parallel, generation is serial ------------------------------
+# ---- Part 6 · §7.1, exercise 11: training is parallel, generation is serial ----------------------
 def test_training_scores_every_position_in_one_pass_generation_needs_one_pass_per_token():
     transformer.set_seed(0)
-    model = transformer.DecoderLM(city_lab.V, 16, 2, n_positions=city_lab.SEQ_LEN, n_layers=2, p_dropout=0.0)
+    model = transformer.DecoderLM(city_lab.V, 16, 2, n_positions=city_lab.SEQ_LEN, n_layers=2,
+                                  p_dropout=0.0)
     r = m.serial_generation(model, lengths=(1, 5, 12, 31), batch=3, seed=0)
     for row in r["rows"]:
         n = row["n"]
-        assert row["calls_teacher"] == 1                                       # one pass scores all n positions
-        assert row["calls_cached"] == row["forwards_cached"] == n               # one pass per token, cache or not
+        # one pass scores all n positions
+        assert row["calls_teacher"] == 1
+        # one pass per token, cache or not
+        assert row["calls_cached"] == row["forwards_cached"] == n
         assert row["calls_full"] == row["forwards_full"] == n
-        assert row["positions_cached"] == n                                     # from Generation.positions_computed
+        # from Generation.positions_computed
+        assert row["positions_cached"] == n
         assert row["positions_full"] == n * (n + 1) // 2
         assert row["same_tokens"]
         assert row["cache_logits_diff"] <= 1e-12 and row["teacher_logits_diff"] <= 1e-12
-    assert "forward" not in vars(model)                                        # the counter is gone afterwards
+    # the counter is gone afterwards
+    assert "forward" not in vars(model)
 
 
 def _window(text):
@@ -285,27 +309,35 @@ def _window(text):
 
 
 def test_scoring_counts_what_the_language_allows_with_its_exact_probabilities():
-    text = "<bos> anna lives in paris . she travels from paris to rome by bus . she returns from rome to paris by bus ."
+    text = ("<bos> anna lives in paris . she travels from paris to rome by bus . "
+            "she returns from rome to paris by bus .")
     window = _window(text)
     r = m.score_against_the_language(window, prompt_len=6)
-    p = city_lab.true_distributions(window)[0]                                  # (L - 1, V): p of token t at row t - 1
+    # (L - 1, V): p of token t at row t - 1
+    p = city_lab.true_distributions(window)[0]
     expected = [math.log(p[t - 1, window[0, t]]) for t in range(6, window.shape[1])]
-    assert r["scored"] == len(expected) and r["forbidden"] == 0 and r["clean"] == 1 and r["allowed"] == 1.0
+    assert (r["scored"] == len(expected) and r["forbidden"] == 0 and r["clean"] == 1
+            and r["allowed"] == 1.0)
     assert r["log_p_per_token"] == pytest.approx(np.mean(expected), rel=1e-12)
     assert r["sentences"] == 2 and r["repeated"] == 0.0
 
 
 def test_scoring_stops_at_the_first_forbidden_token():
-    bad = _window("<bos> anna lives in paris . she travels from paris to paris by bus .")   # DEST is never HOME
+    # DEST is never HOME
+    bad = _window("<bos> anna lives in paris . she travels from paris to paris by bus .")
     r = m.score_against_the_language(bad, prompt_len=6)
-    assert r["scored"] == 6 and r["forbidden"] == 1 and r["clean"] == 0        # she travels from paris to [paris]
+    # she travels from paris to [paris]
+    assert r["scored"] == 6 and r["forbidden"] == 1 and r["clean"] == 0
     assert r["allowed"] == pytest.approx(5 / 6, rel=1e-15)
-    p = city_lab.true_distributions(_window("<bos> anna lives in paris . she travels from paris to"))[0]
+    p = city_lab.true_distributions(
+        _window("<bos> anna lives in paris . she travels from paris to"))[0]
     allowed = city_lab.encode("she travels from paris to")
-    assert r["log_p_per_token"] == pytest.approx(np.mean(np.log(p[np.arange(5, 10), allowed])), rel=1e-12)
+    assert r["log_p_per_token"] == pytest.approx(np.mean(np.log(p[np.arange(5, 10), allowed])),
+                                                 rel=1e-12)
     assert m._first_forbidden(bad[0], 6) == 11
     assert m._marked(bad[0], 6) == "she travels from paris to [paris ✗] …"
-    again = m.score_against_the_language(_window("<bos> anna lives in paris . paris is sunny . paris is sunny ."), 6)
+    again = m.score_against_the_language(
+        _window("<bos> anna lives in paris . paris is sunny . paris is sunny ."), 6)
     assert again["sentences"] == 2 and again["repeated"] == 0.5
 
 
@@ -326,7 +358,8 @@ def test_float64_copy_computes_what_the_float32_torch_model_computes():
     with torch.no_grad():
         theirs = original(torch.from_numpy(np.array(x))).double().numpy()
     with transformer.no_grad():
-        assert np.abs(ours(x).data - theirs).max() <= 1e-4                    # float32 rounding, nothing more
+        # float32 rounding, nothing more
+        assert np.abs(ours(x).data - theirs).max() <= 1e-4
     broken = dict(original.state_dict())
     broken["lm_head.weight"] = broken.pop("lm_head.weights")
     with pytest.raises(ValueError, match="parameter names differ"):
@@ -347,15 +380,16 @@ def generations():
 
 @pytest.fixture(scope="module")
 def generations_over_ten():
-    """The same over seeds 0-9 (part 5's constant-lr runs of averaging_over_seeds, kept by the runner)."""
+    """The same over seeds 0-9 (part 5's constant-lr runs of averaging_over_seeds, kept by the
+    runner)."""
     return m.generation_over_seeds(m.constant_lr_models(CLAIM_SEEDS))
 
 
 @pytest.mark.seeds
 def test_greedy_text_derails_less_is_likelier_and_repeats_more_than_sampled_text_at_most_seeds(
         generations_over_ten):
-    """Measured over seeds 0-9: each at 10 of 10 (greedy 0.98-1.00 of its tokens allowed, sampled 0.89-0.97);
-    asserted at >= 8 of 10 (1% at a true rate of 0.95)."""
+    """Measured over seeds 0-9: each at 10 of 10 (greedy 0.98-1.00 of its tokens allowed, sampled
+    0.89-0.97); asserted at >= 8 of 10 (1% at a true rate of 0.95)."""
     claims = generations_over_ten["claims"]
     for key in ("fewer_forbidden", "likelier", "repeats"):
         assert common.holds(claims[key]) >= 8, key
@@ -363,10 +397,12 @@ def test_greedy_text_derails_less_is_likelier_and_repeats_more_than_sampled_text
 
 
 @pytest.mark.seeds
-def test_beam_search_is_likelier_under_the_model_and_nucleus_derails_less_at_most_seeds(generations_over_ten):
-    """Beam search maximises the model's own log p: likelier than greedy at every width at 10 of 10; nucleus
-    sampling (p = 0.9) derails less than T = 1 at 10 of 10; both asserted at >= 8 of 10. The paper's beam 4
-    repeats its sentences more than greedy at 1 of 10: asserted at <= 4 (0.16% at a true rate of 0.1)."""
+def test_beam_search_is_likelier_under_the_model_and_nucleus_derails_less_at_most_seeds(
+        generations_over_ten):
+    """Beam search maximises the model's own log p: likelier than greedy at every width at 10 of 10;
+    nucleus sampling (p = 0.9) derails less than T = 1 at 10 of 10; both asserted at >= 8 of 10. The
+    paper's beam 4 repeats its sentences more than greedy at 1 of 10: asserted at <= 4 (0.16% at a
+    true rate of 0.1)."""
     claims = generations_over_ten["claims"]
     assert common.holds(claims["beam_likelier"]) >= 8
     assert common.holds(claims["nucleus_derails_less"]) >= 8

@@ -74,7 +74,7 @@ def test_parameter_formula_takes_exactly_decoder_lm_arguments_with_its_defaults(
         s06.parameter_formula(n_vocab=50, n_embd=12, n_head=3, n_positions=9, n_layer=1)
 
 
-def test_parameter_formula_counts_no_position_table_and_no_final_layernorm_where_the_model_has_none():
+def test_parameter_formula_counts_no_position_table_or_final_layernorm_where_the_model_has_none():
     small = dict(n_vocab=50, n_embd=12, n_head=3, n_positions=9, tie_weights=True)
     no_positions = dict(small, n_layers=1, positions="none")
     assert sum(s06.parameter_formula(**no_positions).values()) == 2_508                  # was 2,616

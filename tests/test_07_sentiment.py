@@ -1,8 +1,10 @@
 """Script 07 (notes §9.3, §2.4, exercise 12): every claim of the notes it serves.
 
-What every trained model must show is asserted at seeds 0, 1, 2 (make test); the count of "then 'but'" over seeds 0-9
-(make seeds). Transformers trained STEPS Adam steps; runner.py keeps them, so each is trained once per process. Margins are asserted well above what other float kernels change: OPENBLAS_CORETYPE=
-Sandybridge against Haswell moves a trained model's logits by up to 1e-4 and its attention by 1e-5.
+What every trained model must show is asserted at seeds 0, 1, 2 (make test); the count of "then
+'but'" over seeds 0-9 (make seeds). Transformers trained STEPS Adam steps; runner.py keeps them, so
+each is trained once per process. Margins are asserted well above what other float kernels change:
+OPENBLAS_CORETYPE=Sandybridge against Haswell moves a trained model's logits by up to 1e-4 and its
+attention by 1e-5.
 """
 import numpy as np
 import pytest
@@ -38,9 +40,11 @@ def test_parity_with_pytorch_S9_3_a(sentiment):
 
 def test_no_positions_contrast_exactly_half_S9_3_b_Ex12(sentiment, results):
     for r in results["Transformer, no positions"]:
-        assert r["pair_difference"] <= 1e-12   # a pair's logits agree to rounding: identical predictions
+        # a pair's logits agree to rounding: identical predictions
+        assert r["pair_difference"] <= 1e-12
         assert r["contrast"] == 0.5
-        assert r["undecided"] > 1e-6           # no sentence so close to 0 that rounding could split a pair
+        # no sentence so close to 0 that rounding could split a pair
+        assert r["undecided"] > 1e-6
     assert common.holds(results["claims"]["blind_pairs_equal"]) == len(SEEDS)
 
 
@@ -69,7 +73,8 @@ def test_attention_most_on_position_8_S9_3_d(sentiment, attention):
         assert np.isclose(r["received"].sum(), 1.0)
         assert r["argmax"] == 8
         assert r["prediction"] == r["label"] == 0
-    assert min(attention["claims"]["most_on_deciding"]) > 0.02   # first by more than kernels move it
+    # first by more than kernels move it
+    assert min(attention["claims"]["most_on_deciding"]) > 0.02
     assert min(attention["claims"]["correct"]) > 1.0
 
 
@@ -79,11 +84,13 @@ def attention_over_ten(sentiment):
 
 
 @pytest.mark.seeds
-def test_position_8_gets_the_most_attention_and_but_the_second_at_only_some_seeds(sentiment, attention_over_ten):
-    """Measured over seeds 0-9: position 8 first at 10 of 10 (asserted >= 8: 1% at a true rate of 0.95), the
-    prediction right at 10 of 10 (the same), "then 'but'" (the notes) at 5 of 10: it depends on the seed, so it is
-    asserted at 1 to 9 of 10 (a true rate of 0.5 gives 0 or 10 with 0.2% chance), and seed 0 is one of them, as in
-    the notes, by more than float kernels move the weights."""
+def test_position_8_gets_the_most_attention_and_but_the_second_at_only_some_seeds(
+        sentiment, attention_over_ten):
+    """Measured over seeds 0-9: position 8 first at 10 of 10 (asserted >= 8: 1% at a true rate of
+    0.95), the prediction right at 10 of 10 (the same), "then 'but'" (the notes) at 5 of 10: it
+    depends on the seed, so it is asserted at 1 to 9 of 10 (a true rate of 0.5 gives 0 or 10 with
+    0.2% chance), and seed 0 is one of them, as in the notes, by more than float kernels move the
+    weights."""
     claims = attention_over_ten["claims"]
     assert common.holds(claims["most_on_deciding"]) >= 8 and common.holds(claims["correct"]) >= 8
     k = common.holds(claims["but_second"])

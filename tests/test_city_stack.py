@@ -27,7 +27,8 @@ def _named_gradients(stack, e: int, model) -> dict:
 
 @pytest.mark.parametrize("pre_ln", [True, False])
 def test_a_stack_computes_what_lone_models_compute_in_float64(pre_ln):
-    models = [city_train.build_model(n_layers=2, n_embd=32, n_head=4, pre_ln=pre_ln, seed=s).double()
+    models = [city_train.build_model(n_layers=2, n_embd=32, n_head=4, pre_ln=pre_ln,
+                                     seed=s).double()
               for s in (0, 1, 2)]
     stack = city_stack.StackedDecoderLM(models)
     batches = [next(city_lab.training_batches(s, 4)) for s in (0, 1, 2)]
@@ -81,7 +82,8 @@ def test_a_run_that_diverges_ends_alone_and_leaves_its_stack_mates_as_they_were(
                                                                                  lr=1e30))])
     doomed = city_train.train_stack(SMALL, dict(healthy, lr=1e30), seeds=[1, 2])
     assert doomed[0].final_excess == np.inf and len(doomed[0].train_excess) < 30
-    assert _same(mixed[0], city_train.run(model=dict(SMALL, seed=1), training=dict(healthy, seed=1)))
+    assert _same(mixed[0], city_train.run(model=dict(SMALL, seed=1),
+                                          training=dict(healthy, seed=1)))
     assert _same(mixed[1], doomed[0])
 
 
@@ -102,4 +104,5 @@ def test_train_stack_says_which_arguments_it_does_not_take():
     with pytest.raises(ValueError, match="a run is dict"):
         city_train.train_many([dict(model=SMALL)])
     with pytest.raises(ValueError, match="learned positions and an lm_head"):
-        city_stack.StackedDecoderLM([city_train.torch_ref.DecoderLM(10, 16, 2, 8, tie_weights=True)])
+        city_stack.StackedDecoderLM(
+            [city_train.torch_ref.DecoderLM(10, 16, 2, 8, tie_weights=True)])

@@ -1,17 +1,17 @@
-"""The paper's encoder-decoder (transformer.EncoderDecoder, notes §1.1, §3.3, §6.1-§6.2, §7.1) against
-PyTorch's own torch.nn.Transformer and against its torch_ref twin: outputs and every parameter's
-gradient agree to <= 1e-12 in float64, Post-LN and Pre-LN, ReLU and tanh GELU, padded sources and
-targets, S_src != S_tgt, S = 1 and h = 1.
+"""The paper's encoder-decoder (transformer.EncoderDecoder, notes §1.1, §3.3, §6.1-§6.2, §7.1)
+against PyTorch's own torch.nn.Transformer and against its torch_ref twin: outputs and every
+parameter's gradient agree to <= 1e-12 in float64, Post-LN and Pre-LN, ReLU and tanh GELU, padded
+sources and targets, S_src != S_tgt, S = 1 and h = 1.
 
 The torch.nn reference (torch_ref.TorchNNEncoderDecoder) is nn.Transformer with custom_encoder /
 custom_decoder built from nn.TransformerEncoder / nn.TransformerDecoder: with norm=None for Post-LN
-(norm_first=False, the paper: every layer already ends in a LayerNorm; nn.Transformer's default would
-add a final one after the encoder and the decoder) and with a final nn.LayerNorm for Pre-LN
+(norm_first=False, the paper: every layer already ends in a LayerNorm; nn.Transformer's default
+would add a final one after the encoder and the decoder) and with a final nn.LayerNorm for Pre-LN
 (norm_first=True), which is what our encoder_ln / decoder_ln are. GELU is passed to torch.nn as the
 callable F.gelu(x, approximate="tanh"), since torch.nn's "gelu" string is the erf form.
 
-Fully padded source rows are kept out of the parity tests (torch.nn gives nan there in its fast path);
-one test documents the difference instead.
+Fully padded source rows are kept out of the parity tests (torch.nn gives nan there in its fast
+path); one test documents the difference instead.
 """
 import inspect
 
@@ -86,7 +86,8 @@ def run_all(models, inputs, seed=5):
 def worst(a, b) -> tuple:
     (out_a, grads_a), (out_b, grads_b) = a, b
     assert list(grads_a) == list(grads_b)
-    diffs = {"output": max_diff(out_a, out_b), **{n: max_diff(g, grads_b[n]) for n, g in grads_a.items()}}
+    diffs = {"output": max_diff(out_a, out_b),
+             **{n: max_diff(g, grads_b[n]) for n, g in grads_a.items()}}
     name = max(diffs, key=diffs.get)
     return name, diffs[name]
 
@@ -104,7 +105,8 @@ SHAPES = {  # (B, S_src, S_tgt, d, h, n_layers)
 @pytest.mark.parametrize("shape", list(SHAPES))
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
 @pytest.mark.parametrize("pre_ln", [False, True], ids=["post_ln", "pre_ln"])
-def test_outputs_and_every_gradient_match_torch_nn_transformer_and_the_twin(pre_ln, activation, shape):
+def test_outputs_and_every_gradient_match_torch_nn_transformer_and_the_twin(pre_ln, activation,
+                                                                           shape):
     b, s_src, s_tgt, d, h, n_layers = SHAPES[shape]
     n_vocab = 11
     models = three_models(pre_ln, activation, n_vocab, d, h, n_layers)
@@ -115,8 +117,10 @@ def test_outputs_and_every_gradient_match_torch_nn_transformer_and_the_twin(pre_
         assert diff <= TOL, f"{pair}: {name} differs by {diff:.2e}"
     grads = ours[1]
     assert all(g is not None and np.isfinite(g).all() for g in grads.values())
-    if shape == "S_src<S_tgt":   # big enough that every gradient is a real test (none is structurally 0)
-        assert all(np.abs(g).max() > 1e-6 for n, g in grads.items() if not n.endswith("k_projection.bias"))
+    # big enough that every gradient is a real test (none is structurally 0)
+    if shape == "S_src<S_tgt":
+        assert all(np.abs(g).max() > 1e-6 for n, g in grads.items()
+                   if not n.endswith("k_projection.bias"))
 
 
 def test_paper_configuration_is_post_ln_relu_without_final_layernorms():
@@ -128,7 +132,8 @@ def test_paper_configuration_is_post_ln_relu_without_final_layernorms():
     official = torch_ref.TorchNNEncoderDecoder(11, 8, 2, n_layers=2)
     assert official.transformer.encoder.norm is None and official.transformer.decoder.norm is None
     assert not official.transformer.encoder.layers[0].norm_first
-    default_nn = torch.nn.Transformer(8, 2, 2, 2, 32, batch_first=True)    # what we did not use, and why
+    # what we did not use, and why
+    default_nn = torch.nn.Transformer(8, 2, 2, 2, 32, batch_first=True)
     assert default_nn.encoder.norm is not None and default_nn.decoder.norm is not None
     pre = transformer.EncoderDecoder(11, 8, 2, n_layers=2, pre_ln=True)
     assert [n for n, _ in pre.named_parameters()][-2:] == ["decoder_ln.weights", "decoder_ln.bias"]
@@ -138,7 +143,8 @@ def test_paper_configuration_is_post_ln_relu_without_final_layernorms():
 
 
 def test_twin_matches_in_training_mode_with_the_same_dropout_masks():
-    kwargs = dict(n_vocab=11, n_embd=16, n_head=4, n_layers=2, n_positions=16, p_dropout=0.2, pre_ln=False)
+    kwargs = dict(n_vocab=11, n_embd=16, n_head=4, n_layers=2, n_positions=16, p_dropout=0.2,
+                  pre_ln=False)
     ours = randomize_layernorms(transformer.EncoderDecoder(**kwargs)).train()
     twin = torch_ref.copy_from(torch_ref.EncoderDecoder(**kwargs), ours)
     assert twin.training
@@ -151,17 +157,19 @@ def test_twin_matches_in_training_mode_with_the_same_dropout_masks():
                        (twin_out, torch_ref.gradients(twin)))
     assert diff <= TOL, f"{name}: {diff:.2e}"
     drops = [m for _, m in ours.named_modules() if isinstance(m, transformer.Dropout)]
-    assert len(drops) == 2 + 2 * 3 + 2 * 5                        # embeddings, encoder and decoder layers
+    # embeddings, encoder and decoder layers
+    assert len(drops) == 2 + 2 * 3 + 2 * 5
     assert all((m.last_mask == 0).any() for m in drops)           # dropout really was on everywhere
     ours.eval()
-    np.testing.assert_array_equal(ours(src, tgt, src_pad, tgt_pad).data, ours(src, tgt, src_pad, tgt_pad).data)
+    np.testing.assert_array_equal(ours(src, tgt, src_pad, tgt_pad).data,
+                                  ours(src, tgt, src_pad, tgt_pad).data)
 
 
 def test_fully_padded_source_row_torch_nn_gives_nan_or_zero_attention_ours_stays_finite():
     """A source row that is all padding: no key is visible to its queries. Ours gives the row finite
-    (uniform) attention weights (MASK_VALUE = -1e9, notes §2.3); torch.nn gives nan in its inference fast
-    path (eval mode, no autograd) and, with autograd on, a zero attention output. Only that row differs:
-    the other rows still agree to 1e-12 either way."""
+    (uniform) attention weights (MASK_VALUE = -1e9, notes §2.3); torch.nn gives nan in its inference
+    fast path (eval mode, no autograd) and, with autograd on, a zero attention output. Only that row
+    differs: the other rows still agree to 1e-12 either way."""
     ours, _, official = three_models(False, "relu", 11, 8, 2, 1)
     src, tgt, src_pad, tgt_pad = batch(11, 2, 4, 3)
     src_pad[1] = True                                              # row 1: nothing but pads
@@ -173,15 +181,18 @@ def test_fully_padded_source_row_torch_nn_gives_nan_or_zero_attention_ours_stays
     assert max_diff(logits[0], fast[0]) <= TOL
     slow = official(src, tgt, src_pad, tgt_pad).detach().numpy()  # autograd on: the composite path
     assert np.isfinite(slow).all() and max_diff(logits[0], slow[0]) <= TOL
-    assert max_diff(logits[1], slow[1]) > 1e-3                     # a different convention, not rounding
+    # a different convention, not rounding
+    assert max_diff(logits[1], slow[1]) > 1e-3
 
 
 # ---- teacher forcing and masks -------------------------------------------------------------------
 @pytest.mark.parametrize("pre_ln", [False, True], ids=["post_ln", "pre_ln"])
 def test_teacher_forcing_one_pass_equals_one_pass_per_prefix(pre_ln):
     """logits[:, t] of one forward over the whole target = the last position of a forward over the
-    first t + 1 target tokens (notes §7.1): the causal mask makes each position see only its prefix."""
-    model = transformer.EncoderDecoder(13, 16, 4, n_layers=2, n_positions=16, p_dropout=0.0, pre_ln=pre_ln)
+    first t + 1 target tokens (notes §7.1): the causal mask makes each position see only its
+    prefix."""
+    model = transformer.EncoderDecoder(13, 16, 4, n_layers=2, n_positions=16, p_dropout=0.0,
+                                       pre_ln=pre_ln)
     src, tgt, src_pad, _ = batch(13, 2, 5, 6)
     full = model(src, tgt, src_pad).data
     for t in range(tgt.shape[1]):
@@ -196,12 +207,14 @@ def test_changing_a_target_token_leaves_every_earlier_prediction_bit_identical(j
     changed = tgt.copy()
     changed[:, j] = (changed[:, j] + 1) % 13
     a, b = model(src, tgt, src_pad).data, model(src, changed, src_pad).data
-    assert (a[:, :j + 1] == b[:, :j + 1]).all()                    # tgt[j] is input from position j + 1 on
+    # tgt[j] is input from position j + 1 on
+    assert (a[:, :j + 1] == b[:, :j + 1]).all()
     assert j == 5 or (np.abs(a[:, j + 1:] - b[:, j + 1:]).max(axis=-1) > 0).all()
 
 
 def test_changing_a_padded_source_token_changes_nothing():
-    model = transformer.EncoderDecoder(13, 16, 4, n_layers=2, n_positions=16, p_dropout=0.0, pre_ln=True)
+    model = transformer.EncoderDecoder(13, 16, 4, n_layers=2, n_positions=16, p_dropout=0.0,
+                                       pre_ln=True)
     src, tgt, src_pad, tgt_pad = batch(13, 3, 5, 4)
     changed = np.where(src_pad, (src + 3) % 13, src)
     assert (changed != src).any()
@@ -212,46 +225,56 @@ def test_changing_a_padded_source_token_changes_nothing():
     assert (weights[np.broadcast_to(src_pad[:, None, None, :], weights.shape)] == 0).all()
 
 
-# ---- gradient checks (central differences on every element) ----------------------------------------
+# ---- gradient checks (central differences on every element) --------------------------------------
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
 def test_gradient_feedforward_activations(activation):
-    ff, x = transformer.FeedForward(4, p_dropout=0.0, activation=activation), leaf((2, 3, 4), "permuted")
+    ff, x = (transformer.FeedForward(4, p_dropout=0.0, activation=activation),
+             leaf((2, 3, 4), "permuted"))
     check_gradients(lambda: ff(x), ff.parameters() + [x])
 
 
 @pytest.mark.parametrize("pre_ln", [False, True], ids=["post_ln", "pre_ln"])
 def test_gradient_decoder_layer(pre_ln):
-    """EncoderLayer is TransformerLayer with other defaults (checked in test_transformer); the decoder
-    layer's three sub-layers and its cross-attention to memory are new wiring."""
+    """EncoderLayer is TransformerLayer with other defaults (checked in test_transformer); the
+    decoder layer's three sub-layers and its cross-attention to memory are new wiring."""
     pad = np.array([[False, False, True], [False, False, False]])
-    dec = randomize_layernorms(transformer.DecoderLayer(4, 2, p_dropout=0.0, pre_ln=pre_ln, middle_dim=6,
-                                               activation="gelu"))       # a narrow FFN keeps the check quick
+    # a narrow FFN keeps the check quick
+    dec = randomize_layernorms(transformer.DecoderLayer(4, 2, p_dropout=0.0, pre_ln=pre_ln,
+                                                        middle_dim=6, activation="gelu"))
     y, memory = leaf((2, 2, 4), seed=1), leaf((2, 3, 4), "permuted", seed=2)
     check_gradients(lambda: dec(y, memory, src_pad_mask=pad), dec.parameters() + [y, memory])
-    assert isinstance(transformer.EncoderLayer(4, 2), transformer.TransformerLayer) and not transformer.EncoderLayer(4, 2).attention.causal
+    assert (isinstance(transformer.EncoderLayer(4, 2), transformer.TransformerLayer)
+            and not transformer.EncoderLayer(4, 2).attention.causal)
 
 
 def test_gradient_encoder_decoder_shared_embedding_and_final_layernorms():
-    """What the layer checks above do not cover: the one table used three times (source, target, output;
-    its gradient is the sum of the three) behind the ·√d, and the final LayerNorms of Pre-LN."""
-    model = randomize_layernorms(transformer.EncoderDecoder(5, 4, 2, n_layers=1, n_positions=4, p_dropout=0.0,
-                                                   pre_ln=True, activation="gelu"))
+    """What the layer checks above do not cover: the one table used three times (source, target,
+    output; its gradient is the sum of the three) behind the ·√d, and the final LayerNorms of
+    Pre-LN."""
+    model = randomize_layernorms(transformer.EncoderDecoder(5, 4, 2, n_layers=1, n_positions=4,
+                                                            p_dropout=0.0, pre_ln=True,
+                                                            activation="gelu"))
     src, tgt = np.array([[1, 4, 2], [0, 3, 3]]), np.array([[2, 2], [4, 1]])
-    checked = [p for n, p in model.named_parameters() if not n.startswith(("encoder_layers", "decoder_layers"))]
-    assert len(checked) == 5                                      # table, encoder_ln (2), decoder_ln (2)
+    checked = [p for n, p in model.named_parameters()
+               if not n.startswith(("encoder_layers", "decoder_layers"))]
+    # table, encoder_ln (2), decoder_ln (2)
+    assert len(checked) == 5
     check_gradients(lambda: model(src, tgt, np.array([[False] * 3, [False, False, True]])), checked)
 
 
-# ---- structure -------------------------------------------------------------------------------------
+# ---- structure -----------------------------------------------------------------------------------
 def test_parameter_count_and_shared_embedding():
     v, d, n = 13, 8, 3
     attention, ff, ln = 4 * (d * d + d), (d * 4 * d + 4 * d) + (4 * d * d + d), 2 * d
     post = transformer.EncoderDecoder(v, d, 2, n_layers=n)
-    assert post.num_parameters() == v * d + n * (attention + ff + 2 * ln) + n * (2 * attention + ff + 3 * ln)
+    assert (post.num_parameters()
+            == v * d + n * (attention + ff + 2 * ln) + n * (2 * attention + ff + 3 * ln))
     pre = transformer.EncoderDecoder(v, d, 2, n_layers=n, pre_ln=True)
-    assert pre.num_parameters() == post.num_parameters() + 2 * ln            # encoder_ln, decoder_ln
+    # encoder_ln, decoder_ln
+    assert pre.num_parameters() == post.num_parameters() + 2 * ln
     assert sum(p.data.shape == (v, d) for p in post.parameters()) == 1       # one table, three uses
-    assert abs(post.token_embeddings.weights.data.std() * np.sqrt(d) - 1) < 0.25   # N(0, 1/d) (§4.4)
+    # N(0, 1/d) (§4.4)
+    assert abs(post.token_embeddings.weights.data.std() * np.sqrt(d) - 1) < 0.25
 
 
 def test_existing_defaults_are_unchanged():
@@ -261,7 +284,8 @@ def test_existing_defaults_are_unchanged():
 
 
 def test_only_primitives_in_encoder_decoder_forward_and_backward():
-    model = transformer.EncoderDecoder(7, 8, 2, n_layers=1, n_positions=8, p_dropout=0.1, activation="relu")
+    model = transformer.EncoderDecoder(7, 8, 2, n_layers=1, n_positions=8, p_dropout=0.1,
+                                       activation="relu")
     with count_ops() as counts:
         logits = model(np.array([[1, 2, 3], [4, 0, 1]]), np.array([[2, 3], [0, 1]]))
         loss = transformer.lm_loss(logits, [[2, 3], [0, 1]])
@@ -271,37 +295,42 @@ def test_only_primitives_in_encoder_decoder_forward_and_backward():
 
 
 def test_no_handwritten_backward_check_covers_the_new_classes():
-    """test_transformer's AST check scans the whole file, so it covers the encoder-decoder too: the new
-    classes are in what it scans, pass it, and a `.data` slipped into one of them would be caught."""
+    """test_transformer's AST check scans the whole file, so it covers the encoder-decoder too: the
+    new classes are in what it scans, pass it, and a `.data` slipped into one of them would be
+    caught."""
     source = inspect.getsource(transformer)
     for cls in (transformer.EncoderLayer, transformer.DecoderLayer, transformer.EncoderDecoder):
         assert f"class {cls.__name__}(" in source
         assert violations(inspect.getsource(cls)) == []
     assert violations(source) == []
     planted = source.replace("        if self.pre_ln:\n            y = y + self.attention(",
-                             "        _ = y.data\n        if self.pre_ln:\n            y = y + self.attention(")
+                             "        _ = y.data\n"
+                             "        if self.pre_ln:\n            y = y + self.attention(")
     assert planted != source
     assert len(violations(planted)) == 1 and ".data in forward" in violations(planted)[0]
 
 
-# ---- bad input ---------------------------------------------------------------------------------------
+# ---- bad input -----------------------------------------------------------------------------------
 def test_errors():
     model = transformer.EncoderDecoder(11, 8, 2, n_layers=1, n_positions=6)
     src, tgt = np.zeros((2, 4), int), np.zeros((2, 3), int)
-    with pytest.raises(ValueError, match=r"target length 7 exceeds n_positions=6, the longest sequence this "
-                                         r"model accepts; shorten the target or build the model with a larger"):
+    with pytest.raises(ValueError, match=r"target length 7 exceeds n_positions=6, the longest "
+                                         r"sequence this model accepts; shorten the target or "
+                                         r"build the model with a larger"):
         model(src, np.zeros((2, 7), int))
     with pytest.raises(ValueError, match=r"source length 9 exceeds n_positions=6"):
         model(np.zeros((2, 9), int), tgt)
-    with pytest.raises(ValueError, match=r"source and target batch sizes differ \(2 vs 3\); pass one target "
-                                         r"row per source row"):
+    with pytest.raises(ValueError, match=r"source and target batch sizes differ \(2 vs 3\); pass "
+                                         r"one target row per source row"):
         model(src, np.zeros((3, 3), int))
-    with pytest.raises(ValueError, match=r"src_pad_mask must have the shape of the source ids \(2, 4\) "
-                                         r"\(True at padded positions\), got \(2, 3\)"):
+    with pytest.raises(ValueError, match=r"src_pad_mask must have the shape of the source ids "
+                                         r"\(2, 4\) \(True at padded positions\), got \(2, 3\)"):
         model(src, tgt, src_pad_mask=np.zeros((2, 3), bool))
-    with pytest.raises(ValueError, match=r"tgt_pad_mask must have the shape of the target ids \(2, 3\)"):
+    with pytest.raises(ValueError, match=r"tgt_pad_mask must have the shape of the target ids "
+                                         r"\(2, 3\)"):
         model(src, tgt, tgt_pad_mask=np.zeros((3,), bool))
-    with pytest.raises(ValueError, match=r"expected target token ids of shape \(B, S\) with S >= 1, got \(2, 0\)"):
+    with pytest.raises(ValueError, match=r"expected target token ids of shape \(B, S\) with S >= "
+                                         r"1, got \(2, 0\)"):
         model(src, np.zeros((2, 0), int))
     with pytest.raises(ValueError, match="activation must be 'gelu' or 'relu', got 'swish'"):
         transformer.EncoderDecoder(11, 8, 2, activation="swish")

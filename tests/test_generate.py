@@ -1,11 +1,12 @@
-"""Decoding (notes §2.3, §7.6, exercise 11): DecoderLM.generate and EncoderDecoder.generate, greedy and
-sampled, with and without the KV cache.
+"""Decoding (notes §2.3, §7.6, exercise 11): DecoderLM.generate and EncoderDecoder.generate, greedy
+and sampled, with and without the KV cache.
 
-The cache must change nothing but the cost: every step's logits equal a full recompute over the prefix
-to <= 1e-12 (float64, both models, Post-LN and Pre-LN), the tokens are the same, and each step after the
-first pushes one position through the decoder (the encoder output's cross-attention keys/values are
-projected once). Also: seeded sampling that really draws from softmax(z / T), stopping at an end token,
-the paper's source length + 50 limit, the n_positions limit of learned positions, and the errors."""
+The cache must change nothing but the cost: every step's logits equal a full recompute over the
+prefix to <= 1e-12 (float64, both models, Post-LN and Pre-LN), the tokens are the same, and each
+step after the first pushes one position through the decoder (the encoder output's cross-attention
+keys/values are projected once). Also: seeded sampling that really draws from softmax(z / T),
+stopping at an end token, the paper's source length + 50 limit, the n_positions limit of learned
+positions, and the errors."""
 import numpy as np
 import pytest
 
@@ -26,7 +27,8 @@ def decoder_lm(pre_ln=True, positions="learned", **kwargs):
 
 
 def encoder_decoder(pre_ln=False, **kwargs):
-    return transformer.EncoderDecoder(V, 16, 4, **(dict(n_layers=2, n_positions=64, p_dropout=0.1, pre_ln=pre_ln) | kwargs))
+    return transformer.EncoderDecoder(
+        V, 16, 4, **(dict(n_layers=2, n_positions=64, p_dropout=0.1, pre_ln=pre_ln) | kwargs))
 
 
 PROMPT = np.random.default_rng(0).integers(0, V, (3, 4))
@@ -46,7 +48,8 @@ def teacher_forced_step_logits(model, result, src=None, src_pad=None):
 
 def generate(model, use_cache, **kwargs):
     if isinstance(model, transformer.EncoderDecoder):
-        return model.generate(SRC, SRC_PAD, kwargs.pop("max_new_tokens", 9), use_cache=use_cache, **kwargs)
+        return model.generate(SRC, SRC_PAD, kwargs.pop("max_new_tokens", 9), use_cache=use_cache,
+                              **kwargs)
     return model.generate(PROMPT, kwargs.pop("max_new_tokens", 9), use_cache=use_cache, **kwargs)
 
 
@@ -57,7 +60,7 @@ MODELS = {
 }
 
 
-# ---- the cache changes nothing but the cost -----------------------------------------------------------
+# ---- the cache changes nothing but the cost ------------------------------------------------------
 @pytest.mark.parametrize("sample", [False, True], ids=["greedy", "sampled"])
 @pytest.mark.parametrize("pre_ln", [False, True], ids=["post_ln", "pre_ln"])
 @pytest.mark.parametrize("name", list(MODELS))
@@ -76,14 +79,16 @@ def test_every_cached_step_equals_a_full_recompute_over_the_prefix(name, pre_ln,
 
 
 def test_ex11_training_scores_all_positions_at_once_generation_needs_one_pass_per_token():
-    """Exercise 11: with the whole target known, one causal pass gives every position's distribution;
-    generating it takes one decoder pass per token, since step t + 1's input is step t's output."""
+    """Exercise 11: with the whole target known, one causal pass gives every position's
+    distribution; generating it takes one decoder pass per token, since step t + 1's input is step
+    t's output."""
     model = encoder_decoder(pre_ln=True)
     result = model.generate(SRC, SRC_PAD, 8)
     assert result.n_forward == 8
     one_pass = teacher_forced_step_logits(model, result, SRC, SRC_PAD)     # 1 forward
     assert np.max(np.abs(result.logits - one_pass)) <= TOL
-    np.testing.assert_array_equal(one_pass.argmax(-1), result.tokens)      # greedy: each token is its argmax
+    # greedy: each token is its argmax
+    np.testing.assert_array_equal(one_pass.argmax(-1), result.tokens)
 
 
 def record_rows(module, log):
@@ -119,7 +124,8 @@ def test_encoder_decoder_projects_the_memory_for_cross_attention_once(use_cache)
     result = model.generate(SRC, SRC_PAD, 6, use_cache=use_cache)
     expected = [1] * 6 if use_cache else [1 + t for t in range(6)]
     assert ffn == self_keys == expected
-    assert cross_keys == ([SRC.shape[1]] if use_cache else [SRC.shape[1]] * 6)   # once, or every step
+    # once, or every step
+    assert cross_keys == ([SRC.shape[1]] if use_cache else [SRC.shape[1]] * 6)
     assert result.positions_computed == sum(expected)
 
 
@@ -130,13 +136,16 @@ def test_cache_holds_exactly_what_was_fed_back():
         model.eval()(PROMPT, cache=cache)
         model(PROMPT[:, :2], cache=cache)
     assert all(c.length == 6 for c in cache)
-    assert cache[0].kT.shape == (3, 4, 4, 7) and cache[0].v.shape == (3, 4, 7, 4)   # (B, h, Dh, L), (B, h, L, Dh)
-    assert (cache[0].kT.numpy()[..., 6:] == 0).all()                # the unwritten slot is still empty
+    # (B, h, Dh, L), (B, h, L, Dh)
+    assert cache[0].kT.shape == (3, 4, 4, 7) and cache[0].v.shape == (3, 4, 7, 4)
+    # the unwritten slot is still empty
+    assert (cache[0].kT.numpy()[..., 6:] == 0).all()
     weights = model.layers[0].attention.last_attention.numpy()      # (B, h, 2 new queries, L = 7)
-    assert (weights[..., 6:] == 0).all() and (weights[:, :, 0, 5] == 0).all()   # unwritten and future: 0
+    # unwritten and future: 0
+    assert (weights[..., 6:] == 0).all() and (weights[:, :, 0, 5] == 0).all()
 
 
-# ---- decoding behaviour ----------------------------------------------------------------------------------
+# ---- decoding behaviour --------------------------------------------------------------------------
 def test_greedy_picks_the_argmax_and_ignores_temperature():
     model = decoder_lm()
     result = model.generate(PROMPT, 5)
@@ -146,9 +155,12 @@ def test_greedy_picks_the_argmax_and_ignores_temperature():
 
 def test_sampling_is_fixed_by_the_seed():
     model = encoder_decoder()
-    draw = lambda seed: model.generate(SRC, SRC_PAD, 12, sample=True, rng=np.random.default_rng(seed)).tokens
+    draw = lambda seed: model.generate(SRC, SRC_PAD, 12, sample=True,
+                                       rng=np.random.default_rng(seed)).tokens
     np.testing.assert_array_equal(draw(3), draw(3))
-    np.testing.assert_array_equal(draw(3), model.generate(SRC, SRC_PAD, 12, sample=True, rng=3).tokens)  # an int seed
+    # an int seed
+    np.testing.assert_array_equal(draw(3), model.generate(SRC, SRC_PAD, 12, sample=True,
+                                                          rng=3).tokens)
     assert (draw(3) != draw(4)).any()
 
 
@@ -156,8 +168,8 @@ def test_sampling_is_fixed_by_the_seed():
 def test_sampled_tokens_follow_softmax_of_logits_over_temperature(temperature):
     model = decoder_lm()
     n = 6000
-    result = model.generate(np.repeat(PROMPT[:1], n, axis=0), 1, sample=True, temperature=temperature,
-                            rng=np.random.default_rng(0))
+    result = model.generate(np.repeat(PROMPT[:1], n, axis=0), 1, sample=True,
+                            temperature=temperature, rng=np.random.default_rng(0))
     z = result.logits[0, 0] / temperature
     p = np.exp(z - z.max()) / np.exp(z - z.max()).sum()
     frequency = np.bincount(result.tokens[:, 0], minlength=V) / n
@@ -168,7 +180,8 @@ def test_rows_stop_after_the_end_token_and_are_padded_after_it():
     model = decoder_lm()
     free = model.generate(PROMPT, 10)
     end_id = int(free.tokens[0, 2])
-    first = [int(np.argmax(row == end_id)) if (row == end_id).any() else None for row in free.tokens]
+    first = [int(np.argmax(row == end_id)) if (row == end_id).any() else None
+             for row in free.tokens]
     stopped = model.generate(PROMPT, 10, end_id=end_id, pad_id=V - 1)
     for b, f in enumerate(first):
         length = 10 if f is None else f + 1
@@ -181,8 +194,10 @@ def test_rows_stop_after_the_end_token_and_are_padded_after_it():
 def test_encoder_decoder_default_limit_is_each_source_length_plus_50():
     model = encoder_decoder(n_layers=1, n_positions=64)
     result = model.generate(SRC, SRC_PAD)
-    lengths = 5 - SRC_PAD.sum(1)                                          # 5, 3, 1 real source tokens
-    np.testing.assert_array_equal(result.lengths, lengths + 50)           # the paper's limit (notes §7.6)
+    # 5, 3, 1 real source tokens
+    lengths = 5 - SRC_PAD.sum(1)
+    # the paper's limit (notes §7.6)
+    np.testing.assert_array_equal(result.lengths, lengths + 50)
     assert result.tokens.shape == (3, 55) and (result.tokens[2, 51:] == 0).all()
     capped = encoder_decoder(n_layers=1, n_positions=52).generate(SRC, SRC_PAD)
     np.testing.assert_array_equal(capped.lengths, np.minimum(lengths + 50, 52))
@@ -199,55 +214,67 @@ def test_generation_runs_in_eval_mode_and_restores_the_training_mode():
 def test_zero_new_tokens_gives_an_empty_result():
     for model in (decoder_lm(), encoder_decoder()):
         result = generate(model, True, max_new_tokens=0)
-        assert result.tokens.shape == (3, 0) and result.logits.shape == (3, 0, V) and result.n_forward == 0
+        assert (result.tokens.shape == (3, 0) and result.logits.shape == (3, 0, V)
+                and result.n_forward == 0)
 
 
-# ---- limits and bad input ------------------------------------------------------------------------------
+# ---- limits and bad input ------------------------------------------------------------------------
 def test_the_cache_cannot_go_past_n_positions_with_learned_positions():
     model = decoder_lm(n_positions=8)
     assert model.generate(PROMPT, 4).tokens.shape == (3, 4)                # 4 + 4 = 8: fits exactly
-    with pytest.raises(ValueError, match=r"prompt length 4 \+ max_new_tokens 5 = 9 exceeds n_positions=8: the "
-                                         r"learned position table has no row past position 7; ask for at most 4 "
-                                         r"new tokens or build the model with a larger n_positions"):
+    with pytest.raises(ValueError, match=r"prompt length 4 \+ max_new_tokens 5 = 9 exceeds "
+                                         r"n_positions=8: the learned position table has no row "
+                                         r"past position 7; ask for at most 4 new tokens or build "
+                                         r"the model with a larger n_positions"):
         model.generate(PROMPT, 5)
     with pytest.raises(ValueError, match=r"a KV cache of 9 positions exceeds n_positions=8"):
         model.new_cache(9)
     cache = model.new_cache(8)
     with transformer.no_grad():
-        model.eval()(np.zeros((1, 8), int), cache=cache)             # positions 0..7: the whole table
-        with pytest.raises(ValueError, match=r"sequence length 9 exceeds n_positions=8: the learned position "
-                                             r"table has no row for position 8"):
+        # positions 0..7: the whole table
+        model.eval()(np.zeros((1, 8), int), cache=cache)
+        with pytest.raises(ValueError, match=r"sequence length 9 exceeds n_positions=8: the "
+                                             r"learned position table has no row for position 8"):
             model(np.zeros((1, 1), int), cache=cache)
         sinusoidal = decoder_lm(n_positions=8, positions="sinusoidal").eval()
-        cache = sinusoidal.new_cache(8)                              # no table, but a cache has a capacity
+        # no table, but a cache has a capacity
+        cache = sinusoidal.new_cache(8)
         sinusoidal(np.zeros((1, 8), int), cache=cache)
-        with pytest.raises(ValueError, match=r"KVCache: cannot write 1 more position\(s\) after 8: the cache "
-                                             r"holds 8; make it with a larger capacity"):
+        with pytest.raises(ValueError, match=r"KVCache: cannot write 1 more position\(s\) after 8: "
+                                             r"the cache holds 8; make it with a larger capacity"):
             sinusoidal(np.zeros((1, 1), int), cache=cache)
-    assert decoder_lm(n_positions=8, positions="sinusoidal").generate(PROMPT, 9).tokens.shape == (3, 9)
+    assert (decoder_lm(n_positions=8, positions="sinusoidal").generate(PROMPT, 9).tokens.shape
+            == (3, 9))
 
 
 def test_errors():
     lm, ed = decoder_lm(), encoder_decoder(n_positions=20)
     for model in (lm, ed):
-        with pytest.raises(ValueError, match=r"max_new_tokens must be an integer >= 0, got -1; 0 generates nothing"):
+        with pytest.raises(ValueError, match=r"max_new_tokens must be an integer >= 0, got -1; 0 "
+                                             r"generates nothing"):
             generate(model, True, max_new_tokens=-1)
         for temperature in (0.0, -1.0):
-            with pytest.raises(ValueError, match=rf"temperature must be > 0 when sampling \(the logits are divided "
-                                                 rf"by it\), got {temperature}; for the most likely token use "
-                                                 rf"sample=False \(greedy\)"):
-                generate(model, True, sample=True, temperature=temperature, rng=np.random.default_rng(0))
+            with pytest.raises(ValueError, match=rf"temperature must be > 0 when sampling \(the "
+                                                 rf"logits are divided by it\), got {temperature}; "
+                                                 rf"for the most likely token use sample=False "
+                                                 rf"\(greedy\)"):
+                generate(model, True, sample=True, temperature=temperature,
+                         rng=np.random.default_rng(0))
         with pytest.raises(ValueError, match=r"sampling needs rng=np.random.default_rng\(seed\)"):
             generate(model, True, sample=True)
-    with pytest.raises(ValueError, match=r"max_new_tokens=21 exceeds n_positions=20, the longest target"):
+    with pytest.raises(ValueError, match=r"max_new_tokens=21 exceeds n_positions=20, the longest "
+                                         r"target"):
         ed.generate(SRC, SRC_PAD, 21)
-    with pytest.raises(ValueError, match=r"src_pad_mask must have the shape of the source ids \(3, 5\)"):
+    with pytest.raises(ValueError, match=r"src_pad_mask must have the shape of the source ids "
+                                         r"\(3, 5\)"):
         ed.generate(SRC, SRC_PAD[:2])
-    with pytest.raises(ValueError, match=r"expected a prompt of shape \(B, P\) with P >= 1, got \(4,\)"):
+    with pytest.raises(ValueError, match=r"expected a prompt of shape \(B, P\) with P >= 1, got "
+                                         r"\(4,\)"):
         lm.generate(PROMPT[0], 3)
     with pytest.raises(ValueError, match=r"not causal \(causal=False\)"):
         decoder_lm(causal=False).generate(PROMPT, 3)
     with pytest.raises(ValueError, match="a KV cache with a capacity serves causal self-attention"):
-        transformer.MultiHeadAttention(16, 4, causal=False)(transformer.Tensor(np.zeros((1, 1, 16))), cache=transformer.KVCache(4))
+        transformer.MultiHeadAttention(16, 4, causal=False)(
+            transformer.Tensor(np.zeros((1, 1, 16))), cache=transformer.KVCache(4))
     with pytest.raises(ValueError, match=r"capacity must be >= 1 position, got 0"):
         transformer.KVCache(0)

@@ -142,7 +142,7 @@ INFINITE_ROWS = np.array([[-INF, -INF, -INF], [INF, 1.0, 2.0], [INF, -INF, 0.0],
                           [1.0, 2.0, 3.0]])
 
 
-def test_logsumexp_of_a_row_of_minus_inf_is_minus_inf_and_of_a_row_holding_plus_inf_is_plus_inf_as_in_torch():
+def test_logsumexp_is_minus_inf_on_minus_inf_rows_and_plus_inf_on_rows_with_plus_inf_as_in_torch():
     ours = transformer.logsumexp(tensor.tensor(INFINITE_ROWS), dim=1).data[:, 0]
     theirs = torch.logsumexp(torch.from_numpy(INFINITE_ROWS), dim=1).numpy()
     assert not np.isnan(ours).any()

@@ -112,8 +112,8 @@ def dot_curves(d: int = D_MODEL, starts=(0, 100, 1000), max_k: int = 200) -> dic
 
 
 # Part 2's rounding, with room for any CPU's sin, cos and summation order. The rotation compares
-# sin(ω(t+k)) with sin(ωt)cos(ωk) + cos(ωt)sin(ωk): each angle is stored to half its float64 spacing,
-# at ω₀ = 1 and t + k = 611 together 9.2e-14, plus a few units of 1e-16 from sin and cos.
+# sin(ω(t+k)) with sin(ωt)cos(ωk) + cos(ωt)sin(ωk): each angle is stored to half its float64
+# spacing, at ω₀ = 1 and t + k = 611 together 9.2e-14, plus a few units of 1e-16 from sin and cos.
 ROTATION_ROUNDING = 1e-13
 # A dot product sums 512 products to ≈ 250, whose float64 spacing is 2.8e-14; summed one by one
 # instead of in numpy's pairwise order, its std over t comes near 1e-13.

@@ -97,7 +97,8 @@ def show_dropout(args):
                    "identity" + (" (returns its input)" if r["eval_is_identity"] else "")]],
                  headers=["train mode", "ours", "expected"], disable_numparse=True)
     common.note("|mean − kept/(1 − p)| "
-                f"{common.at_most(abs(r['mean'] - r['kept_over_keep_prob']), ROUNDING)}: the mean is the "
+                f"{common.at_most(abs(r['mean'] - r['kept_over_keep_prob']), ROUNDING)}: "
+                "the mean is the "
                 "kept fraction rescaled, so E[output] = input")
 
 
@@ -269,7 +270,8 @@ def show_parity(args):
                           "max |Δ gradient| (all parameters + input)"], disable_numparse=True,
                  kernel_dependent=True)
     overall = max(max(r["output_diff"], r["max_grad_diff"]) for r in results)
-    common.note(f"largest difference anywhere {common.at_most(overall, PARITY_BOUND)} (float64 rounding; "
+    common.note(f"largest difference anywhere {common.at_most(overall, PARITY_BOUND)} "
+                "(float64 rounding; "
                 "notes: 3.6e-15); not a line of backward written by hand")
     # which tensor holds the largest of many rounding-level differences depends on the CPU's kernels
     common.kernel_note("largest gradient difference in: "

@@ -178,7 +178,8 @@ def show_batch_companions(args):
                  ["trial", "LayerNorm", "BatchNorm"], floatfmt=("d", ".1f", ".2f"))
     common.note(f"Input scaled by {r['scale']}: LayerNorm output changes by "
                 f"{r['scaled'][1e-5]:.1e} with eps = 1e-5 and "
-                f"{common.at_most(r['scaled'][0.0], LAYERNORM_ROUNDING)} (rounding) with eps = 0: the "
+                f"{common.at_most(r['scaled'][0.0], LAYERNORM_ROUNDING)} (rounding) "
+                "with eps = 0: the "
                 "change comes from eps alone.")
 
 
@@ -347,7 +348,8 @@ SETTLED_TIPPING = 100.0
 
 def stability_plan(seeds, quick: bool = False) -> list:
     """[(configuration, seeds, steps)]: the contested configurations at every seed in `seeds` for
-    400 steps, the settled ones at the first SETTLED_SEEDS of them (--seed, --seed + 1, ...) for 100.
+    400 steps, the settled ones at the first SETTLED_SEEDS of them (--seed, --seed + 1, ...) for
+    100.
     quick: the large-lr Post-LN and Pre-LN without warmup at the first seed, 100 steps (who fails
     and who trains shows by then; warmup and instability need 400)."""
     seeds = list(seeds)
@@ -433,7 +435,8 @@ def stability_claims(r) -> dict:
                                                   for run in runs.values()]
     post, pre = by.get(CONTESTED[0]), by.get(CONTESTED[1])
     if post and pre:
-        claims["climbs more"] = [post[s]["climb"] - pre[s]["climb"] for s in sorted(set(post) & set(pre))]
+        claims["climbs more"] = [post[s]["climb"] - pre[s]["climb"]
+                                 for s in sorted(set(post) & set(pre))]
     return claims
 
 
@@ -482,7 +485,8 @@ def _print_setup(r):
                 "the batches; each configuration at "
                 + " or ".join(f"{n} seed{'s' * (n != 1)} × {steps} steps" for n, steps in counts)
                 + f" (the table below says which).\nExcess cross-entropy over the exact bound "
-                f"({city_lab.lower_bound():.4f} nats/token) in mnat/token; for scale: unigram model "
+                f"({city_lab.lower_bound():.4f} nats/token) in mnat/token; "
+                "for scale: unigram model "
                 f"{unigram:+.0f},\nbigram model {bigram:+.0f}.")
 
 
@@ -552,7 +556,8 @@ def ending_text(r) -> str:
     counts = {"warmed-up Post-LN": post_lower, "Pre-LN without warmup": len(seeds) - post_lower}
     name, lower = max(counts.items(), key=lambda item: item[1])
     text = (f"At the end, median test excess {medians[0]:.0f} (warmed-up Post-LN) against "
-            f"{medians[1]:.0f} (Pre-LN); {name} ends lower at {common.seeds_text(lower, len(seeds))}")
+            f"{medians[1]:.0f} (Pre-LN); {name} ends lower at "
+            f"{common.seeds_text(lower, len(seeds))}")
     if common.verdict(lower, len(seeds)) == "holds":
         return text + f":\n{name} ends better, though only Pre-LN trains at this lr without warmup."
     return (text + ":\nneither ends clearly better; the stable placement need not end best, as "

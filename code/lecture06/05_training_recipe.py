@@ -450,7 +450,8 @@ def show_adam_first_step(args):
                  disable_numparse=True)
     worst = max(float(np.abs(rows[e][k] - rows[e]["formula"]).max()) for e in (e1, e2)
                 for k in ("torch", "ours"))
-    common.note(f"max |measured − formula| {common.at_most(worst, ROUNDING)}. Nine orders of magnitude of gradient, one "
+    common.note(f"max |measured − formula| {common.at_most(worst, ROUNDING)}. "
+                "Nine orders of magnitude of gradient, one "
                 "step size: every parameter moves by about lr at once,\nwhatever its gradient. "
                 "Only when |g| nears ε does the step shrink. Warmup keeps these first full-size "
                 "steps small.")
@@ -637,10 +638,10 @@ def print_against_the_last(r: dict):
 
 
 def averaging_claims(r: dict) -> dict:
-    """Part 5's claims, each as its margin at every seed (> 0 where it holds): a model beats the last
-    checkpoint by (last − its excess) mnat/token; averaging the last 5 gains "about as much" as
-    decaying the lr where the ratio of the two gains is within a factor of 2 (margin log 2 − |log
-    ratio|)."""
+    """Part 5's claims, each as its margin at every seed (> 0 where it holds): a model beats the
+    last checkpoint by (last − its excess) mnat/token; averaging the last 5 gains "about as much"
+    as decaying the lr where the ratio of the two gains is within a factor of 2 (margin log 2 −
+    |log ratio|)."""
     rows = {row["k"] or row["name"]: row for row in r["rows"]}
     claims = {key: [-d for d in rows[key]["vs_last"]] for key in (5, "decayed", r["n_checkpoints"])}
     claims["about as much"] = [math.log(2) - abs(math.log(ratio)) if ratio > 0 else -math.inf
@@ -670,7 +671,8 @@ def print_averaging_counts(r: dict):
     common.kernel_note(f"Against the last checkpoint, in mnat/token: the last 5 {by(5)}; the "
                        f"decaying lr {by('decayed')}.")
     gain_ratio = averaging_vs_decay(r)
-    common.kernel_note(f"Averaging the last 5 gains {min(gain_ratio):.1f}× to {max(gain_ratio):.1f}× "
+    common.kernel_note(f"Averaging the last 5 gains {min(gain_ratio):.1f}× to "
+                       f"{max(gain_ratio):.1f}× "
                        "what decaying the lr gains over the last checkpoint (per seed).")
     # a ratio moves with both gains: always ⚙
     common.count_line("averaging the last 5 gains about as much as decaying the lr (within a "

@@ -1,8 +1,8 @@
 """Benchmark: a 400-step city-language run of script 04's model, lone against stacked.
 
 Script 04 part 4 counts its claims over seeds, and each seed is a 400-step run of a 6-layer
-DecoderLM (d = 64, h = 4, batch 8 × 32, V = 44, Post-LN, lr 6e-3 after 100 warmup steps). Two ways to
-train such runs, paired in one process, A B A B:
+DecoderLM (d = 64, h = 4, batch 8 × 32, V = 44, Post-LN, lr 6e-3 after 100 warmup steps). Two ways
+to train such runs, paired in one process, A B A B:
 
   lone     city_train.train: one torch_ref.DecoderLM, the plain loop (how every run trained before
            the stack; kept as the reference)
@@ -81,7 +81,8 @@ def stacked(steps: int) -> float:
 
 def show_bench(args):
     print(__doc__.strip().splitlines()[0])
-    print(f"CPU: {cpu_name()}, torch {torch.__version__} ({torch.backends.cpu.get_cpu_capability()}),"
+    print(f"CPU: {cpu_name()}, torch {torch.__version__} "
+          f"({torch.backends.cpu.get_cpu_capability()}),"
           f" one thread; {args.steps} steps a run, {args.repeats} pair(s)")
     pairs = [(lone(args.steps), stacked(args.steps)) for _ in range(args.repeats)]
     a = statistics.median(p[0] for p in pairs)

@@ -1,4 +1,4 @@
-"""Benchmark: one training step of the same DecoderLM in tensor.py and in PyTorch (torch_ref), float64.
+"""Benchmark: one training step of the same DecoderLM in tensor.py and PyTorch (torch_ref), float64.
 
 A step is forward + backward + Adam update, dropout on (p = 0.1), the loss the mean next-token
 cross-entropy. Each size runs a warmup, then the median of several repeats is reported, with the

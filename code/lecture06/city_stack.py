@@ -3,21 +3,21 @@ arithmetic for every run at once, for about a third of the CPU time per run.
 
 Scripts 04 and 05 count their training claims over many seeds (notes §5.4, §7.6), and each seed is
 a run of the same model with other weights and other batches. A lone run of 04's 6-layer model
-makes some 400 small torch calls per step, each on a (256, 64) or (256, 256) matrix: most of its time
-goes to calling, not computing. Here E runs share every call: each weight has a leading run axis,
-(E, in, out), a Linear is one batched matmul (`torch.baddbmm`) over the E runs, and Adam updates all
-of them in one fused call. Nothing mixes the runs: every op works on each run's slice alone and the
-loss is the sum of the runs' own losses, so a run's bits are the same whichever runs share its stack
-(tests/test_city_stack.py checks alone against inside a stack, and the stack against
-torch_ref.DecoderLM in float64).
+makes some 400 small torch calls per step, each on a (256, 64) or (256, 256) matrix: most of its
+time goes to calling, not computing. Here E runs share every call: each weight has a leading run
+axis, (E, in, out), a Linear is one batched matmul (`torch.baddbmm`) over the E runs, and Adam
+updates all of them in one fused call. Nothing mixes the runs: every op works on each run's slice
+alone and the loss is the sum of the runs' own losses, so a run's bits are the same whichever runs
+share its stack (tests/test_city_stack.py checks alone against inside a stack, and the stack
+against torch_ref.DecoderLM in float64).
 
     stack = StackedDecoderLM([city_train.build_model(seed=s) for s in (0, 1, 2)])
     logits = stack(idx)                              # idx (3, B, S): run e's batch in row e
     city_train.train_stack(model=dict(n_layers=6), training=dict(lr=6e-3), seeds=[0, 1, 2])
 
 Where it differs from a lone torch_ref.DecoderLM in float32, only in rounding: q, k and v come from
-one (in, 3·out) matmul, GELU's tanh form is computed as x·sigmoid(2u) (what tensor.py composes, and 4×
-cheaper than torch's tanh on this project's CPUs), LayerNorm's scale and shift follow its
+one (in, 3·out) matmul, GELU's tanh form is computed as x·sigmoid(2u) (what tensor.py composes, and
+4× cheaper than torch's tanh on this project's CPUs), LayerNorm's scale and shift follow its
 normalisation, and attention is torch's scaled_dot_product_attention with its causal flag (masked
 scores are exactly 0 in both).
 """
@@ -72,7 +72,8 @@ class StackedDecoderLM:
         self.n_layers, self.n_head = len(first.layers), first.layers[0].attention.n_head
         self.pre_ln = first.ln is not None
         if first.lm_head is None or first.position_embeddings is None:
-            raise ValueError("StackedDecoderLM stacks DecoderLMs with learned positions and an lm_head")
+            raise ValueError("StackedDecoderLM stacks DecoderLMs with learned positions "
+                             "and an lm_head")
         states = [m.state_dict() for m in models]
         self.params = {name: torch.stack([s[name] for s in states]).detach().clone()
                        for name in self._own_names(states[0])}

@@ -311,8 +311,8 @@ def train_stack(model: dict, training: dict, seeds: list) -> list:
     return [run_.result() for run_ in runs]
 
 
-# How many runs share a stack. Measured on 04's model (one core, CPU seconds per run-step): 1: 27 ms,
-# 2: 25, 5: 20, 10: 22; larger stacks spill the elementwise work out of the cache.
+# How many runs share a stack. Measured on 04's model (one core, CPU seconds per run-step):
+# 1: 27 ms, 2: 25, 5: 20, 10: 22; larger stacks spill the elementwise work out of the cache.
 STACK_SIZE = 5
 
 

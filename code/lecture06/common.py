@@ -92,7 +92,8 @@ def note(text: str):
 
 
 def _marked(mark: str, text: str):
-    """Every line of text marked, so that no continuation line passes for one that repeats exactly."""
+    """Every line of text marked, so that no continuation line passes for one that repeats
+    exactly."""
     print("\n".join(f"{mark} {line}" for line in text.split("\n")))
 
 
