@@ -108,7 +108,12 @@ def test_ctrl_c_ends_a_script_with_one_line_and_leaves_no_worker_behind():
     env = {**os.environ, "LECTURE06_WORKERS": "2"}
     script = _script("04_residual_layernorm.py", "--part", "4", "--no-figures", env=env,
                      # a group of its own, as in a terminal
-                     stdout=subprocess.DEVNULL, start_new_session=True)
+                     stdout=subprocess.DEVNULL, start_new_session=True,
+                     # and Ctrl-C's default action, as a terminal gives it: a shell without job
+                     # control starts `make test &` with SIGINT ignored, an ignored SIGINT is
+                     # inherited across exec, and Python then raises no KeyboardInterrupt (the
+                     # script trained on to its end)
+                     preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     time.sleep(5)                         # imported, its seven runs training (~30 s of work left)
     os.killpg(script.pid, signal.SIGINT)  # what Ctrl-C sends: every process of the foreground group
     _, stderr = script.communicate(timeout=60)
