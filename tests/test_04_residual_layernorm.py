@@ -179,10 +179,10 @@ def test_both_train_at_the_small_lr_by_a_margin_no_kernel_moves(early):
 # S5.4-f, S5.4-g
 @FULL
 def test_pre_ln_trains_without_warmup_and_post_ln_with_it_at_most_seeds(full):
-    """Measured (10 seeds, this engine): Pre-LN 10 of 10, Post-LN 9-10 of 10 on the CPUs we tried;
-    one seed in ten blew up on one machine. At a true rate of 0.9 the chance that 10 seeds count 5
-    or fewer is 0.16%, so "at least 6 of 10" is safe against another CPU's tipping seeds, where "10
-    of 10" is not."""
+    """Measured over seeds 0-9 (stacked runs, AMD EPYC, AVX2): Pre-LN 10 of 10, Post-LN 9 of 10 (one
+    run blew up; lone runs on an Intel AVX-512 CPU: the same counts). At a true rate of 0.9 the
+    chance that 10 seeds count 5 or fewer is 0.16%, so "at least 6 of 10" is safe against another
+    CPU's tipping seeds, where "10 of 10" is not."""
     claims = m.stability_claims(full)
     for key in (("trains", "Pre-LN", m.LARGE_LR, 0), ("trains", "Post-LN", m.LARGE_LR, m.WARMUP)):
         assert len(claims[key]) == 10 and common.holds(claims[key]) >= 6
@@ -192,7 +192,8 @@ def test_pre_ln_trains_without_warmup_and_post_ln_with_it_at_most_seeds(full):
 # S5.4-f "unstable"
 @FULL
 def test_warmed_up_post_ln_climbs_back_further_than_pre_ln_at_most_seeds(full):
-    """Measured 9 of 10 on an AVX-512 CPU (the tenth a tie: 0.024 against 0.026); as above, asserted
+    """Measured 10 of 10 (stacked runs, AMD EPYC, AVX2); 9 of 10 with lone runs on an Intel AVX-512
+    CPU (the tenth a tie: 0.024 against 0.026). As above, asserted
     at >= 6 of 10 (0.16% to fail at a true rate of 0.9). The medians separate the placements by far
     more than one seed can."""
     margins = m.stability_claims(full)["climbs more"]

@@ -388,8 +388,8 @@ def generations_over_ten():
 @pytest.mark.seeds
 def test_greedy_text_derails_less_is_likelier_and_repeats_more_than_sampled_text_at_most_seeds(
         generations_over_ten):
-    """Measured over seeds 0-9: each at 10 of 10 (greedy 0.98-1.00 of its tokens allowed, sampled
-    0.89-0.97); asserted at >= 8 of 10 (1% at a true rate of 0.95)."""
+    """Measured over seeds 0-9: each at 10 of 10 (over seeds 0-4 greedy kept 0.984-0.996 of its
+    tokens allowed, sampled 0.886-0.966); asserted at >= 8 of 10 (1% at a true rate of 0.95)."""
     claims = generations_over_ten["claims"]
     for key in ("fewer_forbidden", "likelier", "repeats"):
         assert common.holds(claims[key]) >= 8, key

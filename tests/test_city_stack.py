@@ -101,6 +101,8 @@ def test_runs_of_another_shape_or_schedule_go_into_stacks_of_their_own():
 def test_train_stack_says_which_arguments_it_does_not_take():
     with pytest.raises(ValueError, match=r"unknown training arguments \['epochs'\]"):
         city_train.train_stack(SMALL, dict(epochs=3), seeds=[0])
+    with pytest.raises(ValueError, match="no seeds; give one or more"):
+        city_train.train_stack(SMALL, {}, seeds=[])
     with pytest.raises(ValueError, match="a run is dict"):
         city_train.train_many([dict(model=SMALL)])
     with pytest.raises(ValueError, match="learned positions and an lm_head"):

@@ -1,10 +1,11 @@
 """Many city-language runs of one architecture trained as one stacked model: city_train.train's
-arithmetic for every run at once, for about a third of the CPU time per run.
+arithmetic for every run at once, for about two thirds of a lone run's CPU time per run (04's model,
+stacks of 5; bench_city.py measures it).
 
 Scripts 04 and 05 count their training claims over many seeds (notes §5.4, §7.6), and each seed is
 a run of the same model with other weights and other batches. A lone run of 04's 6-layer model
-makes some 400 small torch calls per step, each on a (256, 64) or (256, 256) matrix: most of its
-time goes to calling, not computing. Here E runs share every call: each weight has a leading run
+makes some 400 small torch calls per step, each on a (256, 64) or (256, 256) matrix, and pays each
+call's fixed cost once per run. Here E runs share every call: each weight has a leading run
 axis, (E, in, out), a Linear is one batched matmul (`torch.baddbmm`) over the E runs, and Adam
 updates all of them in one fused call. Nothing mixes the runs: every op works on each run's slice
 alone and the loss is the sum of the runs' own losses, so a run's bits are the same whichever runs
@@ -16,10 +17,10 @@ against torch_ref.DecoderLM in float64).
     city_train.train_stack(model=dict(n_layers=6), training=dict(lr=6e-3), seeds=[0, 1, 2])
 
 Where it differs from a lone torch_ref.DecoderLM in float32, only in rounding: q, k and v come from
-one (in, 3·out) matmul, GELU's tanh form is computed as x·sigmoid(2u) (what tensor.py composes, and
-4× cheaper than torch's tanh on this project's CPUs), LayerNorm's scale and shift follow its
-normalisation, and attention is torch's scaled_dot_product_attention with its causal flag (masked
-scores are exactly 0 in both).
+one (in, 3·out) matmul, GELU's tanh form is computed as x·sigmoid(2u) (what tensor.py composes,
+and about 3× cheaper, forward and backward, than torch's tanh form on an AVX2 CPU of ours),
+LayerNorm's scale and shift follow its normalisation, and attention is torch's
+scaled_dot_product_attention with its causal flag (masked scores are exactly 0 in both).
 """
 from __future__ import annotations
 

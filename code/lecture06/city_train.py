@@ -262,6 +262,9 @@ def train_stack(model: dict, training: dict, seeds: list) -> list:
     loss stops being finite ends there, as in train(), and the others go on: nothing mixes the
     runs, so each gets the same bits whichever runs share its stack.
     """
+    if not seeds:
+        raise ValueError("train_stack: no seeds; give one or more (an int, or a pair "
+                         "(weights seed, batches seed)) per run")
     pairs = [tuple(s) if isinstance(s, (tuple, list)) else (s, s) for s in seeds]
     unknown = set(training) - set(TRAINING)
     if unknown:
