@@ -10,7 +10,7 @@ PY     := $(VENV)/bin/python
 TIMED  := figures/timed
 SCRIPTS := $(sort $(wildcard code/lecture06/0[1-7]_*.py))
 
-.PHONY: all test seeds figures bench golden venv clean help
+.PHONY: all test seeds check figures bench golden venv clean help
 
 help:  ## list the targets
 	@grep -E '^[a-z]+:.*## ' Makefile | sed 's/:.*## /\t/'
@@ -48,6 +48,10 @@ test: venv  ## the test suite, but for the claims counted over 10 seeds (make se
 # One pytest process: runner.py trains each fixture's stacks of runs side by side on all the cores
 seeds: venv  ## the training claims, each over 10 seeds (a few minutes; CI runs it after make test)
 	$(PY) -m pytest -q -p no:xdist -m seeds tests
+
+# Every unmarked line of every full run, as committed: the lines `make test`'s quick runs never print
+check: venv  ## run every script in full; its unmarked lines must equal figures/NN_output.txt
+	$(PY) tests/outputs.py --full
 
 bench: venv  ## time a training step, tensor.py vs PyTorch; a city-language run, lone vs stacked
 	$(PY) code/lecture06/bench_step.py

@@ -1,12 +1,17 @@
-"""Run the numbered scripts in their quick form and compare what they print.
+"""Run the numbered scripts and compare what they print.
 
 `python tests/outputs.py --update` (what `make golden` runs) rewrites tests/golden/NN.txt from a
-fresh quick run of every script; nobody edits those files by hand. The comparison keeps every
-unmarked line as printed, every digit of it (runs of spaces folded to one, table rules to one dash:
-a rule's width follows the widest cell, which may be a ⚙ one), and drops lines marked ⏱ (wall-clock
-times) or ⚙ (digits that depend on the CPU's float kernels; the scripts' tests assert what those
-lines show, over several seeds). So a digit of an unmarked line that moves under other kernels fails
-it: a rounding-level value prints as a bound that holds ("≤ 1e-14") or carries ⚙.
+fresh quick run of every script; nobody edits those files by hand.
+`python tests/outputs.py --full [NN ...]` (what `make check` runs) runs each script in full, as
+`make all` does, and compares it with the committed figures/NN_output.txt the same way; it exits 1
+if any line differs.
+
+Both comparisons keep every unmarked line as printed, every digit of it (runs of spaces folded to
+one, table rules to one dash: a rule's width follows the widest cell, which may be a ⚙ one), and
+drop lines marked ⏱ (wall-clock times) or ⚙ (digits that depend on the CPU's float kernels; the
+scripts' tests assert what those lines show, over several seeds). So a digit of an unmarked line
+that moves under other kernels fails them: a rounding-level value prints as a bound that holds
+("≤ 1e-14") or carries ⚙.
 """
 from __future__ import annotations
 
@@ -26,6 +31,7 @@ SCRIPTS = sorted(glob.glob(os.path.join(ROOT, "code", "lecture06", "0[1-7]_*.py"
 PRELOADED = os.path.join(ROOT, "tests", "preloaded.py")
 TIMER, KERNELS = "⏱", "⚙"
 TIMEOUT = 300   # seconds for one quick run
+FULL_TIMEOUT = 900   # seconds for one full run
 
 
 def script_id(path: str) -> str:
@@ -152,8 +158,64 @@ def update():
         print(f"wrote {os.path.relpath(golden_path(path), ROOT)}")
 
 
+def committed_output_path(path: str) -> str:
+    return os.path.join(ROOT, "figures", f"{script_id(path)}_output.txt")
+
+
+def run_full(path: str) -> str:
+    """The script's stdout from a full run with figures, as `make all` runs it, its figures written
+    to a scratch folder and named in the output as `make all` names them (figures/NAME.png)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        result = subprocess.run([sys.executable, path, "--figures", scratch], capture_output=True,
+                                text=True, cwd="/", timeout=FULL_TIMEOUT)
+    if result.returncode != 0:
+        raise _failed(path, result.returncode, result.stderr)
+    _check_runs_ahead(path, result.stderr)
+    return result.stdout.replace(f"[figure] {scratch}/", "[figure] figures/")
+
+
+def differing_lines(expected: str, printed: str) -> list[str]:
+    """The unified diff of two outputs' portable lines, normalised; [] when they agree."""
+    import difflib
+    return list(difflib.unified_diff(normalise(expected).splitlines(),
+                                     normalise(printed).splitlines(),
+                                     "committed", "this run", n=1, lineterm=""))
+
+
+def check_full(ids: list[str]) -> int:
+    """Run the scripts named by id ("04"; all when none) in full and compare every unmarked line
+    with the committed figures/NN_output.txt. Returns the number of scripts that differ."""
+    chosen = [path for path in SCRIPTS if not ids or script_id(path) in ids]
+    unknown = sorted(set(ids) - {script_id(path) for path in SCRIPTS})
+    if unknown:
+        sys.exit(f"no script numbered {', '.join(unknown)}; the scripts are "
+                 f"{' '.join(script_id(path) for path in SCRIPTS)}")
+    failed = 0
+    for path in chosen:
+        with open(committed_output_path(path), encoding="utf-8") as f:
+            expected = f.read()
+        diff = differing_lines(expected, run_full(path))
+        body = [line for line in diff if line[:3] not in ("+++", "---")]
+        missing = sum(line.startswith("-") for line in body)
+        extra = sum(line.startswith("+") for line in body)
+        checked = len(normalise(expected).splitlines())
+        print(f"{os.path.basename(path)}: {checked} unmarked lines; {missing} not printed, "
+              f"{extra} printed that are not committed")
+        if diff:
+            failed += 1
+            print("\n".join(diff))
+    print(f"{failed} of {len(chosen)} scripts differ from figures/NN_output.txt"
+          + ("; if the change is intended, `make all` rewrites them" if failed else ""))
+    return failed
+
+
+USAGE = ("usage: python tests/outputs.py --update          (rewrites tests/golden/, quick runs)\n"
+         "       python tests/outputs.py --full [NN ...]  (full runs vs figures/NN_output.txt)")
+
 if __name__ == "__main__":
-    if sys.argv[1:] != ["--update"]:
-        sys.exit("usage: python tests/outputs.py --update   "
-                 "(rewrites tests/golden/ from fresh quick runs)")
-    update()
+    if sys.argv[1:] == ["--update"]:
+        update()
+    elif sys.argv[1:2] == ["--full"]:
+        sys.exit(1 if check_full(sys.argv[2:]) else 0)
+    else:
+        sys.exit(USAGE)

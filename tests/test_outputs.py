@@ -18,8 +18,8 @@ import platform
 import pytest
 
 from conftest import load_script
-from outputs import (SCRIPTS, golden_path, normalise, prints_number, run_quick, run_quick_preloaded,
-                     script_id, section)
+from outputs import (SCRIPTS, differing_lines, golden_path, normalise, prints_number, run_full,
+                     run_quick, run_quick_preloaded, script_id, section)
 
 
 def other_kernels() -> dict:
@@ -134,6 +134,23 @@ def test_normalise_keeps_every_digit_and_drops_marked_lines():
     printed = "a 0.0481  b\n⚙ x 3.6e-15\n⏱ 12 ms\n----  -------\n"
     assert normalise(printed) == "a 0.0481 b\n- -\n"
     assert normalise(printed.replace("0.0481", "0.0482")) != normalise(printed)
+
+
+def test_the_full_check_finds_a_changed_digit_and_skips_marked_lines():
+    committed = "Part 1 · x\nmean 0.0481\n⚙ spread 3.6e-15\n⏱ 12 ms\n"
+    on_other_kernels = committed.replace("3.6e-15", "4.1e-15").replace("12 ms", "15 ms")
+    assert differing_lines(committed, on_other_kernels) == []
+    diff = differing_lines(committed, committed.replace("0.0481", "0.0482"))
+    assert [line for line in diff if line[:1] in "+-" and line[:3] not in ("+++", "---")] == \
+        ["-mean 0.0481", "+mean 0.0482"]
+
+
+def test_a_full_run_names_its_figures_as_make_all_does(tmp_path):
+    script = tmp_path / "09_draws.py"
+    script.write_text("import os, sys\n"
+                      "folder = sys.argv[sys.argv.index('--figures') + 1]\n"
+                      "print(f'[figure] {os.path.join(folder, \"09_x.png\")}')\n")
+    assert run_full(str(script)) == "[figure] figures/09_x.png\n"
 
 
 @pytest.mark.parametrize("ending, shown", [
