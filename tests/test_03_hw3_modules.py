@@ -318,14 +318,20 @@ def traffic_formulas(S: int, d: int, h: int) -> dict:
     launch reads the gradient and its saved arrays and writes a gradient per input that needs one.
     A single constant (0-d) is 1 element; view and permute move nothing, nor does contiguous's
     backward, nor a contiguous() whose input is contiguous already (the flash core's output)."""
-    n, X, A, rows = S * d, 4 * S * d, h * S * S, h * S      # S·d, the FFN's width, h·S², h·S
-    # x W + b: matmul (x, W -> y), add (y, b -> y); backward: add (g -> g, db), matmul (g, saved
-    # W and x -> dx, dW). q, k, v, out_projection: d -> d; linear_in d -> 4d; linear_out 4d -> d
-    linear = lambda i, o: (dict(fwd=(S * i + i * o + S * o) + (2 * S * o + o),     # noqa: E731
-                                bwd=(2 * S * o + o) + (S * o + 2 * i * o + 2 * S * i)))
+    # S·d, the FFN's hidden S·4d, the h × S × S scores, and the statistics of their h·S rows
+    n, X, A, score_rows = S * d, 4 * S * d, h * S * S, h * S
+
+    def linear(i: int, o: int) -> tuple[int, int]:
+        """x W + b, forward: matmul (x, W -> y), add (y, b -> y); backward: add (g -> g, db),
+        matmul (g, saved W and x -> dx, dW)."""
+        return ((S * i + i * o + S * o) + (2 * S * o + o),
+                (2 * S * o + o) + (S * o + 2 * i * o + 2 * S * i))
+
+    # q, k, v and out_projection d -> d, linear_in d -> 4d, linear_out 4d -> d; the two residual
+    # adds (x, y -> x + y) read 2 and write 1, and backward hands g to both
     linears = [linear(d, d)] * 4 + [linear(d, 4 * d), linear(4 * d, d)]
-    common_fwd = sum(x["fwd"] for x in linears) + 2 * 3 * n       # + the two residual adds
-    common_bwd = sum(x["bwd"] for x in linears) + 2 * 3 * n
+    common_fwd = sum(forward for forward, _ in linears) + 2 * 3 * n
+    common_bwd = sum(backward for _, backward in linears) + 2 * 3 * n
     scores_fwd, scores_bwd = 2 * n + A, A + 4 * n                 # q @ kT
     av_fwd, av_bwd = A + 2 * n, 3 * n + 2 * A                     # weights @ v
     copy = 2 * n                                                  # contiguous() merging the heads
@@ -335,25 +341,28 @@ def traffic_formulas(S: int, d: int, h: int) -> dict:
     ln_bwd = ((n + S) + (2 * S + 1) + (2 * n + S) + 5 * n + (n + S) + (2 * S + 1) + 2 * S
               + 3 * S + (2 * S + 1) + 3 * S + (3 * n + 2 * S) + (3 * n + 2 * d) + (2 * n + d))
     # softmax composed, on the scores: ×scale, +mask (1, 1, S, S), max, sub, exp, sum, log, sub, exp
-    softmax_fwd = ((2 * A + 1) + (2 * A + S * S) + (A + rows) + (2 * A + rows) + 2 * A
-                   + (A + rows) + 2 * rows + (2 * A + rows) + 2 * A)
-    softmax_bwd = ((2 * A + 1) + 2 * A + 2 * A + 3 * A + (A + rows) + 3 * rows + (2 * A + rows)
-                   + 3 * A)                                       # max is a constant: no backward
+    softmax_fwd = ((2 * A + 1) + (2 * A + S * S) + (A + score_rows) + (2 * A + score_rows) + 2 * A
+                   + (A + score_rows) + 2 * score_rows + (2 * A + score_rows) + 2 * A)
+    # (max is a constant: no backward)
+    softmax_bwd = ((2 * A + 1) + 2 * A + 2 * A + 3 * A + (A + score_rows) + 3 * score_rows
+                   + (2 * A + score_rows) + 3 * A)
     # GELU composed on X: x·x, ·x, ×0.044715, x +, ×√(2/π), ×2, sigmoid, x ·
     gelu_fwd = 3 * X + 3 * X + (2 * X + 1) + 3 * X + (2 * X + 1) + (2 * X + 1) + 2 * X + 3 * X
     gelu_bwd = 5 * X + 5 * X + (2 * X + 1) + 3 * X + (2 * X + 1) + (2 * X + 1) + 3 * X + 5 * X
     fused_ln_fwd, fused_ln_bwd = 2 * n + 2 * d + 2 * S, 3 * n + 3 * d + 2 * S   # x, w, b; μ, 1/σ
     fused_softmax_fwd, fused_softmax_bwd = 2 * A + S * S, 3 * A
     fused_gelu_fwd, fused_gelu_bwd = 2 * X, 3 * X
-    flash_fwd, flash_bwd = 4 * n + 2 * rows, 8 * n + 2 * rows     # q, kT, v, out; max, log-sum
+    # q, kT, v -> out, and per row max and log-sum; backward also writes dq, dkT, dv
+    flash_fwd, flash_bwd = 4 * n + 2 * score_rows, 8 * n + 2 * score_rows
     return {
         "composed": dict(forward=common_fwd + 2 * ln_fwd + scores_fwd + softmax_fwd + av_fwd
                          + copy + gelu_fwd,
                          backward=common_bwd + 2 * ln_bwd + scores_bwd + softmax_bwd + av_bwd
                          + gelu_bwd,
-                         # fused's, plus per LayerNorm its centred input (x is not kept), GELU's
-                         # x² and sigmoid, softmax's first exp and its log's input
-                         saved=16 * n + A + 4 * S + 2 * n + 2 * X + A + rows),
+                         # fused's, plus one S·d per LayerNorm (its centred and its normalised
+                         # input, where the fused kernel keeps x), GELU's x² and sigmoid,
+                         # softmax's first exp and its log's input
+                         saved=16 * n + A + 4 * S + 2 * n + 2 * X + A + score_rows),
         "fused": dict(forward=common_fwd + 2 * fused_ln_fwd + scores_fwd + fused_softmax_fwd
                       + av_fwd + copy + fused_gelu_fwd,
                       backward=common_bwd + 2 * fused_ln_bwd + scores_bwd + fused_softmax_bwd
