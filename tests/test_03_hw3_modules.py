@@ -114,6 +114,34 @@ def test_parity_with_torch_ref_in_train_mode():
         assert max(r["grad_diffs"].values()) <= s03.PARITY_BOUND, r
 
 
+def test_part4_prints_every_count_on_unmarked_rows_and_only_rounding_digits_under_the_mark(capsys):
+    """The parameter, tensor and dropout counts of parity()'s defaults (D = 16, h = 4, V = 23,
+    S = 6, 2 layers), from the modules' formulas; the rounding digits on ⚙ rows of their own."""
+    s03.show_parity(argparse.Namespace(quick=True, seed=0, figures=None))
+    lines = capsys.readouterr().out.splitlines()
+    D, V, S, L = 16, 23, 6, 2
+    attention, ffn = 4 * D * D + 4 * D, 2 * D * 4 * D + 4 * D + D
+    layer = attention + ffn + 2 * 2 * D
+    # tensors: W and b of 4 projections; of 2 Linears; + 2 LayerNorms' 2
+    tensors = {"attention": 8, "FFN": 4, "layer": 8 + 4 + 4}
+    expected = {"attention": (attention, tensors["attention"], 2), "FFN": (ffn, tensors["FFN"], 1),
+                "Pre-LN layer": (layer, tensors["layer"], 3),
+                "Post-LN layer": (layer, tensors["layer"], 3),
+                # token and position tables, the layers, the final LayerNorm, an untied head;
+                # dropout: 3 per layer and one on the embeddings
+                "DecoderLM": (V * D + S * D + L * layer + 2 * D + V * D,
+                              2 + L * tensors["layer"] + 2 + 1, 3 * L + 1)}
+    unmarked = {line.split("  ")[0]: line.split() for line in lines
+                if line.startswith(tuple(expected))}
+    for module, (n_params, n_tensors, dropouts) in expected.items():
+        assert unmarked[module][-5:] == [f"{n_params:,}", str(n_tensors), str(dropouts), "≤",
+                                         "1e-13"], module
+    marked = [line for line in lines if line.startswith(common.KERNELS)]
+    assert [line.split("  ")[0].removeprefix(f"{common.KERNELS} ") for line in marked] == list(
+        expected)
+    assert not any(f"{n:,}" in line.split() for line in marked for n, _, _ in expected.values())
+
+
 # ---- part 5 · S8.4-a/b/c
 def test_op_counts():
     r = s03.op_counts()
@@ -226,6 +254,24 @@ def test_part6_prints_the_generation_and_the_parity_models_size(capsys):
     assert "max |Δ logits| ≤ 1e-12, the same tokens." in out
 
 
+def test_part6_prints_the_torch_nn_models_counts_on_unmarked_rows(capsys):
+    """d = 16 (d_ff = 4d), 2 + 2 layers, V = 11, one shared table, sinusoidal positions: the
+    parameters by the paper's formula, Pre-LN's two final norms 4d more; tensors likewise."""
+    s03.show_encoder_decoder(argparse.Namespace(quick=True, seed=0, figures=None))
+    lines = capsys.readouterr().out.splitlines()
+    d, d_ff, L, V = 16, 64, 2, 11
+    post = V * d + L * (4 * d * d + 2 * d * d_ff + 9 * d + d_ff) + L * (
+        8 * d * d + 2 * d * d_ff + 15 * d + d_ff)
+    # the table; per encoder layer 8 + 4 + 2·2, per decoder layer 16 + 4 + 3·2
+    post_tensors = 1 + L * 16 + L * 26
+    rows = {line.split("  ")[0]: line.split()[-3:] for line in lines
+            if line.startswith(("Post-LN (the paper)  ", "Pre-LN  "))}
+    assert rows == {"Post-LN (the paper)": ["no", f"{post:,}", str(post_tensors)],
+                    "Pre-LN": ["yes", f"{post + 4 * d:,}", str(post_tensors + 4)]}
+    marked = [line for line in lines if line.startswith(f"{common.KERNELS} P")]
+    assert len(marked) == 2 and not any(f"{post:,}" in line for line in marked)
+
+
 def test_part5_says_what_each_count_counts(capsys):
     s03.show_op_counts(argparse.Namespace(quick=True, seed=0, figures=None))
     out = capsys.readouterr().out
@@ -265,21 +311,114 @@ def test_fusion_counts_from_shapes_equal_a_real_run():
     assert s03.fusion_counts_from_shapes(12, 3, 13) == s03.fusion_counts(12, 3, 13)
 
 
-def test_fusion_launches_flops_and_bytes():
-    S, d, h = 10, 16, 4
+def traffic_formulas(S: int, d: int, h: int) -> dict:
+    """Elements each path's Pre-LN layer (B = 1, FFN 4d, biases) moves forward and backward, and
+    what the composed path saves, summed launch by launch from tensor.py's rule: a forward launch
+    reads every input and writes its output (and a fused kernel's per-row statistics); a backward
+    launch reads the gradient and its saved arrays and writes a gradient per input that needs one.
+    A single constant (0-d) is 1 element; view and permute move nothing, nor does contiguous's
+    backward, nor a contiguous() whose input is contiguous already (the flash core's output)."""
+    # S·d, the FFN's hidden S·4d, the h × S × S scores, and the statistics of their h·S rows
+    n, X, A, score_rows = S * d, 4 * S * d, h * S * S, h * S
+
+    def linear(i: int, o: int) -> tuple[int, int]:
+        """x W + b, forward: matmul (x, W -> y), add (y, b -> y); backward: add (g -> g, db),
+        matmul (g, saved W and x -> dx, dW)."""
+        return ((S * i + i * o + S * o) + (2 * S * o + o),
+                (2 * S * o + o) + (S * o + 2 * i * o + 2 * S * i))
+
+    # q, k, v and out_projection d -> d, linear_in d -> 4d, linear_out 4d -> d; the two residual
+    # adds (x, y -> x + y) read 2 and write 1, and backward hands g to both
+    linears = [linear(d, d)] * 4 + [linear(d, 4 * d), linear(4 * d, d)]
+    common_fwd = sum(forward for forward, _ in linears) + 2 * 3 * n
+    common_bwd = sum(backward for _, backward in linears) + 2 * 3 * n
+    scores_fwd, scores_bwd = 2 * n + A, A + 4 * n                 # q @ kT
+    av_fwd, av_bwd = A + 2 * n, 3 * n + 2 * A                     # weights @ v
+    copy = 2 * n                                                  # contiguous() merging the heads
+    # LayerNorm composed: sum, ×1/d, sub, c·c, sum, ×1/d, +eps, log, ×-0.5, exp, ×r, ×w, +b
+    ln_fwd = ((n + S) + (2 * S + 1) + (2 * n + S) + 3 * n + (n + S) + (2 * S + 1) + (2 * S + 1)
+              + 2 * S + (2 * S + 1) + 2 * S + (2 * n + S) + (2 * n + d) + (2 * n + d))
+    ln_bwd = ((n + S) + (2 * S + 1) + (2 * n + S) + 5 * n + (n + S) + (2 * S + 1) + 2 * S
+              + 3 * S + (2 * S + 1) + 3 * S + (3 * n + 2 * S) + (3 * n + 2 * d) + (2 * n + d))
+    # softmax composed, on the scores: ×scale, +mask (1, 1, S, S), max, sub, exp, sum, log, sub, exp
+    softmax_fwd = ((2 * A + 1) + (2 * A + S * S) + (A + score_rows) + (2 * A + score_rows) + 2 * A
+                   + (A + score_rows) + 2 * score_rows + (2 * A + score_rows) + 2 * A)
+    # (max is a constant: no backward)
+    softmax_bwd = ((2 * A + 1) + 2 * A + 2 * A + 3 * A + (A + score_rows) + 3 * score_rows
+                   + (2 * A + score_rows) + 3 * A)
+    # GELU composed on X: x·x, ·x, ×0.044715, x +, ×√(2/π), ×2, sigmoid, x ·
+    gelu_fwd = 3 * X + 3 * X + (2 * X + 1) + 3 * X + (2 * X + 1) + (2 * X + 1) + 2 * X + 3 * X
+    gelu_bwd = 5 * X + 5 * X + (2 * X + 1) + 3 * X + (2 * X + 1) + (2 * X + 1) + 3 * X + 5 * X
+    fused_ln_fwd, fused_ln_bwd = 2 * n + 2 * d + 2 * S, 3 * n + 3 * d + 2 * S   # x, w, b; μ, 1/σ
+    fused_softmax_fwd, fused_softmax_bwd = 2 * A + S * S, 3 * A
+    fused_gelu_fwd, fused_gelu_bwd = 2 * X, 3 * X
+    # q, kT, v -> out, and per row max and log-sum; backward also writes dq, dkT, dv
+    flash_fwd, flash_bwd = 4 * n + 2 * score_rows, 8 * n + 2 * score_rows
+    return {
+        "composed": dict(forward=common_fwd + 2 * ln_fwd + scores_fwd + softmax_fwd + av_fwd
+                         + copy + gelu_fwd,
+                         backward=common_bwd + 2 * ln_bwd + scores_bwd + softmax_bwd + av_bwd
+                         + gelu_bwd,
+                         # fused's, plus one S·d per LayerNorm (its centred and its normalised
+                         # input, where the fused kernel keeps x), GELU's x² and sigmoid,
+                         # softmax's first exp and its log's input
+                         saved=16 * n + A + 4 * S + 2 * n + 2 * X + A + score_rows),
+        "fused": dict(forward=common_fwd + 2 * fused_ln_fwd + scores_fwd + fused_softmax_fwd
+                      + av_fwd + copy + fused_gelu_fwd,
+                      backward=common_bwd + 2 * fused_ln_bwd + scores_bwd + fused_softmax_bwd
+                      + av_bwd + fused_gelu_bwd),
+        "fused + flash": dict(forward=common_fwd + 2 * fused_ln_fwd + flash_fwd + fused_gelu_fwd,
+                              backward=common_bwd + 2 * fused_ln_bwd + flash_bwd
+                              + fused_gelu_bwd)}
+
+
+@pytest.mark.parametrize("S,d,h", [(10, 16, 4), (7, 12, 3), (5, 8, 2)])
+def test_fusion_launches_flops_and_bytes(S, d, h):
     composed, fused, flash = s03.fusion_counts(d, h, S)
     assert ((composed["forward_calls"], fused["forward_calls"], flash["forward_calls"])
             == (68, 29, 27))
+    # the flash path's contiguous() finds the heads merged already: a call, no launch
     assert ((composed["forward_moving"], fused["forward_moving"], flash["forward_moving"])
-            == (60, 21, 19))
+            == (60, 21, 18))
     for row in (composed, fused, flash):                               # notes §8.2: matmuls only
         assert row["forward_flops"] == 24 * S * d * d + 4 * S * S * d
     assert fused["backward_flops"] == composed["backward_flops"] == 2 * composed["forward_flops"]
     assert flash["backward_flops"] - composed["backward_flops"] == 2 * S * S * d   # q kᵀ recomputed
-    for field in ("forward_bytes", "backward_bytes", "saved"):
-        assert composed[field] > fused[field] > flash[field]
-    assert fused["saved"] == 8 * (16 * S * d + h * S * S + 4 * S)     # float64: 8 bytes an element
+    formulas = traffic_formulas(S, d, h)
+    for row in (composed, fused, flash):                               # float64: 8 bytes each
+        assert row["forward_bytes"] == 8 * formulas[row["path"]]["forward"], row["path"]
+        assert row["backward_bytes"] == 8 * formulas[row["path"]]["backward"], row["path"]
+    assert composed["saved"] == 8 * formulas["composed"]["saved"]
+    assert fused["saved"] == 8 * (16 * S * d + h * S * S + 4 * S)
     assert flash["saved"] == 8 * (16 * S * d + 2 * h * S + 4 * S)
+
+
+def test_part7_prints_the_counts_of_gpt2_smalls_layer_by_their_formulas(capsys):
+    """Every byte count part 7 prints, at d = 768, h = 12, S = 1024, from traffic_formulas."""
+    s03.show_fusion(argparse.Namespace(quick=True, seed=0, figures=None))
+    out = capsys.readouterr().out
+    d, h, S = (s03.GPT2_LAYER[k] for k in ("d", "h", "S"))
+    formulas, mib = traffic_formulas(S, d, h), 2 ** 20 / 8
+    printed = {line.split("  ")[0]: line.split()[-10:] for line in out.splitlines()
+               if line.startswith(s03.FUSION_PATHS)}
+    for path, f in formulas.items():
+        moved = [f["forward"] / mib, f["backward"] / mib, (f["forward"] + f["backward"]) / mib]
+        assert printed[path][4:7] == [f"{x:,.0f}" for x in moved], path
+    assert printed["composed"][-1] == f"{formulas['composed']['saved'] / mib:,.0f}"
+    assert printed["fused + flash"][:4] == ["27", "18", "27", "18"]   # calls, launches
+    total = {p: f["forward"] + f["backward"] for p, f in formulas.items()}
+    assert (f"launches 118 -> 41, bytes moved ÷ {total['composed'] / total['fused']:.2f}; with the "
+            f"flash core: launches 36, bytes ÷ {total['composed'] / total['fused + flash']:.2f}."
+            in out)
+    assert "printed when you run it" in out
+
+
+def test_a_contiguous_call_that_copies_nothing_is_found_and_one_that_copies_is_not():
+    x = tensor.Tensor(np.ones((2, 3, 4)), requires_grad=True)
+    merged = x.permute(1, 0, 2).permute(1, 0, 2).contiguous()       # back in order: no copy
+    copied = x.permute(1, 0, 2).contiguous()                        # a real copy
+    assert s03.contiguous_calls_that_copy_nothing(merged.sum()) == [merged]
+    assert s03.contiguous_calls_that_copy_nothing(copied.sum()) == []
 
 
 def test_fusion_path_names_are_checked():

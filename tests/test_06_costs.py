@@ -4,9 +4,11 @@ meta device (FlopCounterMode), and our own transformer.py (num_parameters, the a
 import argparse
 import inspect
 import itertools
+from fractions import Fraction
 
 import numpy as np
 import pytest
+import torch
 
 import common
 import transformer
@@ -268,3 +270,55 @@ def test_flash_memory_exactly_and_the_fits():
         assert x["fused + flash"]["backward_flops"] - x["fused"]["backward_flops"] == 2 * S * S * d
     assert abs(r["fits"]["fused"]["b"] - 1) < 1e-9 and r["fits"]["fused + flash"]["b"] == 0.0
     assert r["fits"]["torch_sdpa_layer"]["b"] == 0.0
+
+
+# ---- part 7 · Korthikanti et al. (2022) beside the measurement
+@pytest.mark.parametrize("s,b,h,a", [(128, 1, 64, 4), (2048, 8, 12288, 96), (7, 3, 10, 5)])
+def test_korthikanti_terms_add_up_to_their_blocks_and_their_formula(s, b, h, a):
+    terms = s06.korthikanti_terms(s, b, h, a)
+    block = lambda name: sum(t["their_bytes"] for t in terms if t["block"] == name)  # noqa: E731
+    assert block("attention") == 11 * s * b * h + 5 * a * s * s * b
+    assert block("MLP") == 19 * s * b * h
+    assert block("LayerNorms") == 4 * s * b * h
+    total = sum(t["their_bytes"] for t in terms)
+    assert total == s06.korthikanti_bytes(s, b, h, a)
+    assert Fraction(total) == s * b * h * (34 + Fraction(5 * a * s, h))    # as the paper writes it
+    # in elements: 18·s·b·h activations (3 of them masks) and 3·a·s²·b
+    assert sum(t["elements"] for t in terms) == 18 * s * b * h + 3 * a * s * s * b
+    assert sum(t["elements"] for t in terms if t["their_bytes_per_element"] == 1) == (
+        2 * s * b * h + a * s * s * b)
+
+
+@pytest.mark.parametrize("S,d,h", [(128, 64, 4), (24, 32, 2)])
+def test_torch_keeps_every_term_of_the_formula_element_for_element(S, d, h):
+    """Each storage the layer keeps is named by one of the formula's terms (or the LayerNorms'
+    statistics) and holds the term's elements; float32 4 bytes each, bfloat16 2, masks included."""
+    terms = s06.korthikanti_terms(S, 1, d, h)
+    for dtype, size in ((torch.float32, 4), (torch.bfloat16, 2)):
+        r = s06.saved_by_term(S, d, h, p_dropout=0.1, dtype=dtype)
+        assert r["unnamed"] == []
+        expected = {t["term"]: [t["elements"], size * t["elements"]] for t in terms}
+        expected[s06.LAYER_NORM_STATISTICS] = [4 * S, size * 4 * S]
+        assert r["by_term"] == expected, dtype
+    # the same storages as part 4 counts, in total
+    assert sum(n for n, _ in s06.saved_by_term(S, d, h)["by_term"].values()) == (
+        s06.exact_saved_floats(S, d, h, p_dropout=0.1))
+
+
+def test_part7_prints_the_formula_beside_the_measurement(capsys):
+    s06.show_korthikanti(argparse.Namespace(quick=True, seed=0, figures=None))
+    out = capsys.readouterr().out
+    S, d, h = 128, 64, 4
+    theirs = 34 * S * d + 5 * h * S * S
+    kept = 18 * S * d + 3 * h * S * S + 4 * S
+    layer = next(line for line in out.splitlines() if line.startswith("layer "))
+    assert layer.split()[-4:] == [f"{theirs:,}", f"{4 * kept:,}", f"{2 * kept:,}",
+                                  f"{4 * kept / theirs:.2f}"]
+    masks = 2 * S * d + h * S * S
+    assert (f"In bfloat16 the layer keeps {2 * kept:,} bytes, {2 * kept - theirs:,} more than "
+            f"theirs: {masks:,} mask elements × 1 byte (2 bytes each, not 1) + {4 * S:,} "
+            f"statistics × 2 bytes (equal).") in out
+    assert "element for element (at every term; no storage left unnamed)" in out
+    assert (f"keeps the same {kept:,} elements in float64, 8 bytes each: {8 * kept:,} bytes "
+            f"(equal), {8 * kept / theirs:.2f}× theirs.") in out
+    assert "NOT" not in out

@@ -260,22 +260,22 @@ def show_parity(args):
     results = parity(seed=args.seed)
     common.header(4, "§9.2",
                   "Parity with torch_ref.py (float64, train mode, dropout p = 0.1, same masks)")
-    # the digits of rounding-level differences depend on the CPU's kernels: marked; the bound below
-    # is not
     common.table([[r["module"], f"{r['n_params']:,}", r["n_tensors"], r["dropouts"],
-                   f"{r['output_diff']:.1e}",
-                   f"{r['max_grad_diff']:.1e}"] for r in results],
+                   common.at_most(max(r["output_diff"], r["max_grad_diff"]), PARITY_BOUND)]
+                  for r in results],
                  headers=["module", "parameters", "parameter tensors", "dropout modules",
-                          "max |Δ output|",
-                          "max |Δ gradient| (all parameters + input)"], disable_numparse=True,
-                 kernel_dependent=True)
+                          "max |Δ| of output and every gradient"], disable_numparse=True)
     overall = max(max(r["output_diff"], r["max_grad_diff"]) for r in results)
     common.note(f"largest difference anywhere {common.at_most(overall, PARITY_BOUND)} "
                 "(float64 rounding; "
                 "notes: 3.6e-15); not a line of backward written by hand")
-    # which tensor holds the largest of many rounding-level differences depends on the CPU's kernels
-    common.kernel_note("largest gradient difference in: "
-                       + ", ".join(f"{r['module']}: {r['worst']}" for r in results))
+    # the digits of rounding-level differences, and which of many tensors holds the largest, depend
+    # on the CPU's kernels: marked, on rows of their own so that the counts above stay checked
+    common.table([[r["module"], f"{r['output_diff']:.1e}", f"{r['max_grad_diff']:.1e}", r["worst"]]
+                  for r in results],
+                 headers=["module", "max |Δ output|", "max |Δ gradient| (all parameters + input)",
+                          "largest gradient difference in"],
+                 disable_numparse=True, kernel_dependent=True)
 
 
 # ---- Part 5 · §8.4 how many primitive operations a forward makes ---------------------------------
@@ -712,17 +712,18 @@ def print_torch_nn_parity(results: list, size: dict):
                 f"{size['n_vocab']}, B = {size['B']}, S_src = {size['S_src']}, S_tgt = "
                 f"{size['S_tgt']}\n(the same weights copied in; float64, no dropout, padded source "
                 f"and target):")
-    # the digits of rounding-level differences, and which parameter holds the largest, depend on
-    # the CPU's kernels (torch.nn's fused paths round differently from its generic ones): marked;
-    # the bound is not
     common.table([[p["placement"], "yes" if p["final_norms"] else "no", f"{p['n_params']:,}",
-                   p["n_tensors"], f"{p['output_diff']:.1e}", f"{p['max_grad_diff']:.1e}"]
-                  for p in results],
-                 headers=["LayerNorm", "final norms", "parameters", "parameter tensors",
-                          "max |Δ logits|", "max |Δ gradient| (every parameter)"],
+                   p["n_tensors"]] for p in results],
+                 headers=["LayerNorm", "final norms", "parameters", "parameter tensors"],
+                 disable_numparse=True)
+    # the digits of rounding-level differences, and which parameter holds the largest, depend on
+    # the CPU's kernels (torch.nn's fused paths round differently from its generic ones): marked,
+    # on rows of their own; the bound below is not
+    common.table([[p["placement"], f"{p['output_diff']:.1e}", f"{p['max_grad_diff']:.1e}",
+                   p["worst"]] for p in results],
+                 headers=["LayerNorm", "max |Δ logits|", "max |Δ gradient| (every parameter)",
+                          "largest gradient difference in"],
                  disable_numparse=True, kernel_dependent=True)
-    common.kernel_note("largest gradient difference in: "
-                       + ", ".join(f"{p['placement']}: {p['worst']}" for p in results))
     overall = max(max(p["output_diff"], p["max_grad_diff"]) for p in results)
     common.note(f"Post-LN and Pre-LN: the logits and the gradients of all "
                 f"{' and '.join(str(p['n_tensors']) for p in results)} parameter tensors differ by "
@@ -753,12 +754,15 @@ def _fusion_switch(path: str):
 
 def layer_traffic(layer, x: np.ndarray, path: str) -> dict:
     """One Pre-LN layer's forward and backward under `path`, counted by tensor.py: launches (every
-    primitive call, and those that move memory), bytes moved, FLOPs, bytes saved for backward."""
+    primitive call, and those that move memory), bytes moved, FLOPs, bytes saved for backward.
+    A contiguous() that finds its input contiguous already is a call but no launch: it moves
+    nothing."""
     inputs = Tensor(x, requires_grad=True)
     with _fusion_switch(path):
         with tensor.count_traffic() as forward:
             out = layer(inputs)
         saved = tensor.saved_bytes(out, exclude=layer.parameters())
+        copies_nothing = contiguous_calls_that_copy_nothing(out)
         with tensor.count_traffic() as backward:
             out.backward(np.ones(out.shape))
     layer.zero_grad()
@@ -769,7 +773,19 @@ def layer_traffic(layer, x: np.ndarray, path: str) -> dict:
                                          if kind not in tensor.MOVES_NOTHING[d])
         row[f"{direction}_bytes"] = traffic.total("bytes")
         row[f"{direction}_flops"] = traffic.total("flops")
+    # tensor.py charges every contiguous() call a launch that reads and writes its array; one that
+    # finds its input contiguous already hands back the same array, so nothing ran (torch's
+    # contiguous() returns its input there): the flash core writes the heads merged
+    for node in copies_nothing:
+        row["forward_moving"] -= 1
+        row["forward_bytes"] -= node._parents[0].data.nbytes + node.data.nbytes
     return row
+
+
+def contiguous_calls_that_copy_nothing(out: Tensor) -> list[Tensor]:
+    """The contiguous() results in out's graph that are their input's own array, not a copy."""
+    return [node for node in tensor.graph(out)
+            if node._op == "contiguous" and node.data is node._parents[0].data]
 
 
 def fusion_counts(d: int, h: int, S: int, B: int = 1, seed: int = 0, layer=None) -> list[dict]:
@@ -842,7 +858,9 @@ def show_fusion(args):
                 f"S = {big['S']}), counted from runs at S = 2, 4, 6 (every count\nis quadratic "
                 f"in S; checked at S = 8); bytes at float64, tensor.py's dtype (÷ 2 for float32, "
                 f"÷ 4 for fp16).\nCalls: all; launches: the calls that move memory (not view, "
-                f"permute, nor the backward of contiguous).")
+                f"permute, nor the backward of contiguous; nor a contiguous() that finds its "
+                f"input\ncontiguous already, as the flash core's output is: it writes the heads "
+                f"merged).")
     mib = 2 ** 20
     common.table([[r["path"], r["forward_calls"], r["forward_moving"], r["backward_calls"],
                    r["backward_moving"], f"{r['forward_bytes'] / mib:,.0f}",
@@ -868,17 +886,19 @@ def show_fusion(args):
     common.note(f"FLOPs: fused {'=' if flops['fused'] == flops['composed'] else '≠ (a BUG)'} "
                 f"composed; the flash backward makes {extra / 1e9:.2f} GFLOP more, "
                 f"2·S²·d = {recompute / 1e9:.2f}: it recomputes q kᵀ instead of keeping\nthe "
-                f"weights. Saved for backward: {composed['saved'] / mib:,.0f} MiB composed,\n"
-                f"{fused_row['saved'] / mib:,.0f} fused (no intermediates of softmax and GELU), "
+                f"weights. Saved for backward: {composed['saved'] / mib:,.0f} MiB composed, "
+                f"{fused_row['saved'] / mib:,.0f} fused (no intermediates of softmax and GELU),\n"
                 f"{flash['saved'] / mib:,.0f} with the flash core (no h × S × S).")
     times = fusion_times(small["d"], small["h"], small["S"], seed=args.seed)
     for path in FUSION_PATHS:
         common.timing(f"d = {small['d']}, h = {small['h']}, S = {small['S']}, forward + backward "
                       f"on this CPU, {path:13}: {1e3 * times[path]:6.1f} ms "
                       f"({times['composed'] / times[path]:.2f}× the composed speed)")
-    common.note("(numpy runs each fused primitive as a few whole-array passes of its own, so on "
-                "this CPU fusion saves Python calls\nmore than memory traffic; on a GPU each "
-                "launch costs microseconds and each pass a round trip through global memory)")
+    common.note("(the ⏱ lines, printed when you run it, time the three paths on your CPU. There "
+                "numpy runs each fused primitive\nas a few whole-array passes of its own, so a "
+                "fused path saves Python calls rather than memory traffic; on a GPU each\nlaunch "
+                "costs microseconds and each pass a round trip through global memory, which the "
+                "counts above measure)")
     draw_fusion(rows, big, args.figures)
 
 

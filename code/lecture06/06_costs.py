@@ -5,8 +5,10 @@ PyTorch's FLOP counter, part 2), §8.3 (n = 6d, part 3; the activations a layer 
 without and with dropout, part 4; the attention core's share of a layer's time, part 5) and §5.1
 (the FFN's 2/3), plus exercises 5, 6 and 10. Beyond the notes, part 6 continues §8.3: with a
 flash-attention core (tensor.py's, and torch's scaled_dot_product_attention) the h × S × S
-term leaves the activations saved for backward. Models are torch_ref.py's modules: built on the
-meta device to count (shapes only, nothing allocated), cast to float32 to measure.
+term leaves the activations saved for backward. Part 7 holds part 4's measurement against the
+per-layer formula of Korthikanti et al. (2022), which §13 points to, term by term. Models are
+torch_ref.py's modules: built on the meta device to count (shapes only, nothing allocated), cast
+to float32 to measure.
 
     python code/lecture06/06_costs.py [--part N] [--seed S] [--quick] [--no-figures]
 """
@@ -572,9 +574,10 @@ def show_attention_time(args):
         common.timing(f"S = {r['S']:>4}: layer forward {1e3 * r['t_layer']:7.1f} ms, core inside "
                       f"it {1e3 * r['t_core']:7.1f} ms: time share {100 * r['time_share']:4.1f}% "
                       f"(FLOP share {100 * r['flop_share']:.1f}%)")
-    common.note("(the core timed inside each forward of the layer; median of up to 5 forwards. "
-                "Scale, mask, softmax and dropout make\nalmost no FLOPs but read and write the h "
-                "× S × S matrix several times)")
+    common.note("(the ⏱ lines, printed when you run it: the core timed inside each forward of "
+                "the layer, the median of up to 5 forwards, beside\nits FLOP share. A FLOP share "
+                "counts matmuls only: scale, mask, softmax and dropout make almost no FLOPs but "
+                "read and\nwrite the h × S × S matrix several times, which a time share counts)")
 
 
 # ---- Part 6 · §8.3 continued, beyond the notes: the flash core's memory -------------------
@@ -736,8 +739,217 @@ def draw_flash_memory(r: dict, figures_dir):
     common.save_figure(fig, "06_flash_memory", figures_dir)
 
 
+# ---- Part 7 · §8.3 and §13: Korthikanti et al.'s per-layer formula beside the measurement --------
+# Korthikanti et al. (2022), "Reducing Activation Recomputation in Large Transformer Models", §4.1:
+# one layer keeps s·b·h·(34 + 5·a·s/h) bytes, 16-bit activations and 1-byte dropout masks, with s
+# the sequence, b the batch, h the hidden size (our d) and a the heads (our h). Each term: (block,
+# what is kept, elements per s·b·h or per a·s²·b, the unit, their bytes per element).
+KORTHIKANTI_TERMS = [
+    ("attention", "QKV input (ln_1's output)", 1, "sbh", 2),
+    ("attention", "Q and K (for QKᵀ)", 2, "sbh", 2),
+    ("attention", "softmax output", 1, "as²b", 2),
+    ("attention", "softmax dropout mask", 1, "as²b", 1),
+    ("attention", "dropped weights (for AV)", 1, "as²b", 2),
+    ("attention", "V (for AV)", 1, "sbh", 2),
+    ("attention", "output projection input", 1, "sbh", 2),
+    ("attention", "attention dropout mask", 1, "sbh", 1),
+    ("MLP", "first linear input (ln_2's output)", 1, "sbh", 2),
+    ("MLP", "GELU input", 4, "sbh", 2),
+    ("MLP", "GELU output (second linear input)", 4, "sbh", 2),
+    ("MLP", "MLP dropout mask", 1, "sbh", 1),
+    ("LayerNorms", "LayerNorm inputs", 2, "sbh", 2),
+]
+LAYER_NORM_STATISTICS = "LayerNorm mean and 1/σ"   # kept by torch, left out of the formula
+KORTHIKANTI_BLOCKS = {"attention": "11·s·b·h + 5·a·s²·b", "MLP": "19·s·b·h",
+                      "LayerNorms": "4·s·b·h"}
+
+
+def korthikanti_terms(s: int, b: int, h: int, a: int) -> list[dict]:
+    """The formula's terms at this size: elements, and bytes in their precisions."""
+    units = {"sbh": s * b * h, "as²b": a * s * s * b}
+    return [dict(block=block, term=term, per_unit=n, unit=unit, their_bytes_per_element=size,
+                 elements=n * units[unit], their_bytes=n * units[unit] * size)
+            for block, term, n, unit, size in KORTHIKANTI_TERMS]
+
+
+def korthikanti_bytes(s: int, b: int, h: int, a: int) -> int:
+    """s·b·h·(34 + 5·a·s/h) in integers: 34·s·b·h + 5·a·s²·b."""
+    return 34 * s * b * h + 5 * a * s * s * b
+
+
+def saved_by_term(seq_len: int, n_embd: int = 64, n_head: int = 4, p_dropout: float = 0.1,
+                  dtype=torch.float32) -> dict:
+    """Part 4's measurement (saved_tensors_hooks, each storage once, parameters left out) of one
+    Pre-LN torch_ref layer in training mode, each storage named by the formula's term it serves:
+    forward hooks on the submodules name their inputs and outputs, and a dropout's mask and a
+    LayerNorm's statistics are read from the autograd node that keeps them. Returns
+    {term: [elements, bytes]} and the shapes of the storages no term names."""
+    layer = torch_ref.TransformerLayer(n_embd, n_head, p_dropout=p_dropout).to(dtype).train()
+    names = {}
+
+    def name(term: str, t: torch.Tensor):
+        names.setdefault(t.untyped_storage().data_ptr(), term)
+
+    def layer_norm(output_term: str):
+        def hook(module, inputs, output):
+            name("LayerNorm inputs", inputs[0])
+            name(output_term, output)
+            name(LAYER_NORM_STATISTICS, output.grad_fn._saved_result1)        # mean
+            name(LAYER_NORM_STATISTICS, output.grad_fn._saved_result2)        # 1/σ
+        return hook
+
+    def dropout(mask_term: str, input_term: str | None = None, output_term: str | None = None):
+        def hook(module, inputs, output):
+            name(mask_term, output.grad_fn._saved_other)   # CPU: x · mask, and the mask kept
+            if input_term:
+                name(input_term, inputs[0])
+                name(output_term, output)
+        return hook
+
+    def output_is(term: str):
+        return lambda module, inputs, output: name(term, output)
+
+    def input_is(term: str):
+        return lambda module, inputs, output: name(term, inputs[0])
+
+    mha, ff = layer.attention, layer.ff
+    hooks = [(layer.ln_1, layer_norm("QKV input (ln_1's output)")),
+             (layer.ln_2, layer_norm("first linear input (ln_2's output)")),
+             (mha.q_projection, output_is("Q and K (for QKᵀ)")),
+             (mha.k_projection, output_is("Q and K (for QKᵀ)")),
+             (mha.v_projection, output_is("V (for AV)")),
+             (mha.dropout, dropout("softmax dropout mask", "softmax output",
+                                   "dropped weights (for AV)")),
+             (mha.out_projection, input_is("output projection input")),
+             (mha.out_dropout, dropout("attention dropout mask")),
+             (ff.linear_in, output_is("GELU input")),
+             (ff.linear_out, input_is("GELU output (second linear input)")),
+             (ff.dropout, dropout("MLP dropout mask"))]
+    handles = [module.register_forward_hook(hook) for module, hook in hooks]
+    params = {p.untyped_storage().data_ptr() for p in layer.parameters()}
+    saved = {}
+
+    def pack(t):
+        if t.untyped_storage().data_ptr() not in params:
+            saved[t.untyped_storage().data_ptr()] = t   # holding t keeps its address unused
+        return t
+
+    x = torch.randn(1, seq_len, n_embd, dtype=dtype, requires_grad=True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        layer(x)
+    for handle in handles:
+        handle.remove()
+    by_term, unnamed = {}, []
+    for address, t in saved.items():
+        if address not in names:
+            unnamed.append(tuple(t.shape))
+            continue
+        entry = by_term.setdefault(names[address], [0, 0])
+        entry[0] += t.untyped_storage().nbytes() // t.element_size()
+        entry[1] += t.untyped_storage().nbytes()
+    return dict(by_term=by_term, unnamed=unnamed)
+
+
+def korthikanti_comparison(seq_len: int = 128, n_embd: int = 64, n_head: int = 4,
+                           p_dropout: float = 0.1) -> dict:
+    """The formula term by term at (s, b, h, a) = (S, 1, d, heads), beside part 4's layer measured
+    in float32 and cast to bfloat16 (16-bit, as the paper's), and tensor.py's own float64 layer
+    (fused primitives, its dropout) in total."""
+    S, d, h = seq_len, n_embd, n_head
+    measured = {dtype: saved_by_term(S, d, h, p_dropout, dtype)
+                for dtype in (torch.float32, torch.bfloat16)}
+    transformer.set_seed(0)
+    ours = transformer.TransformerLayer(d, h, p_dropout=p_dropout)
+    x = tensor.Tensor(np.random.default_rng(0).standard_normal((1, S, d)), requires_grad=True)
+    with transformer.fused():
+        tensor_py = tensor.saved_bytes(ours(x), exclude=ours.parameters())
+    return dict(S=S, b=1, d=d, h=h, p_dropout=p_dropout, terms=korthikanti_terms(S, 1, d, h),
+                formula=korthikanti_bytes(S, 1, d, h), float32=measured[torch.float32],
+                bfloat16=measured[torch.bfloat16], tensor_py=tensor_py)
+
+
+def show_korthikanti(args):
+    r = korthikanti_comparison()
+    S, b, d, h = r["S"], r["b"], r["d"], r["h"]
+    common.header(7, "§8.3, §13", "Korthikanti et al. (2022): activation memory per layer, term "
+                                  "by term, beside part 4's measurement")
+    common.note(f"Their s·b·h·(34 + 5·a·s/h) bytes (16-bit activations, 1-byte dropout masks; "
+                f"their h is our d, their a our h) at part 4's layer:\ns = {S}, b = {b}, h = d "
+                f"= {d}, a = {h} heads, dropout {r['p_dropout']:g}, training mode. Measured: the "
+                f"storages kept for backward (saved_tensors_hooks), each named\nby the module "
+                f"whose input or output it is, or by the autograd node that keeps it (a "
+                f"dropout's mask, a LayerNorm's statistics).")
+    f32, bf16 = r["float32"]["by_term"], r["bfloat16"]["by_term"]
+    rows = []
+    for t in r["terms"]:
+        mine, half = f32.get(t["term"], [0, 0]), bf16.get(t["term"], [0, 0])
+        rows.append([t["block"], t["term"], f"{t['per_unit']}·{t['unit']}", f"{t['elements']:,}",
+                     f"{t['their_bytes']:,}", f"{mine[0]:,}", f"{mine[1]:,}", f"{half[1]:,}",
+                     f"{mine[1] / t['their_bytes']:.0f}×"])
+    stats = f32.get(LAYER_NORM_STATISTICS, [0, 0])
+    stats_half = bf16.get(LAYER_NORM_STATISTICS, [0, 0])
+    rows.append(["(not counted)", LAYER_NORM_STATISTICS, "", "0", "0", f"{stats[0]:,}",
+                 f"{stats[1]:,}", f"{stats_half[1]:,}", ""])
+    common.table(rows, headers=["block", "kept for backward", "elements (formula)", "elements",
+                                "their bytes", "measured elements", "float32 bytes",
+                                "bfloat16 bytes", "float32 / theirs"],
+                 disable_numparse=True)
+    print()
+    print_korthikanti_blocks(r)
+
+
+def print_korthikanti_blocks(r: dict):
+    """Each block's bytes by the formula against the measurement, the totals in three precisions,
+    and what accounts for every difference."""
+    S, b = r["S"], r["b"]
+    f32, bf16 = r["float32"]["by_term"], r["bfloat16"]["by_term"]
+    rows = []
+    for block, expression in KORTHIKANTI_BLOCKS.items():
+        terms = [t["term"] for t in r["terms"] if t["block"] == block]
+        theirs = sum(t["their_bytes"] for t in r["terms"] if t["block"] == block)
+        mine = sum(f32.get(term, [0, 0])[1] for term in terms)
+        half = sum(bf16.get(term, [0, 0])[1] for term in terms)
+        rows.append([block, expression, f"{theirs:,}", f"{mine:,}", f"{half:,}",
+                     f"{mine / theirs:.2f}"])
+    stats = {key: r[key]["by_term"].get(LAYER_NORM_STATISTICS, [0, 0])[1]
+             for key in ("float32", "bfloat16")}
+    rows.append(["(not counted)", LAYER_NORM_STATISTICS, "0", f"{stats['float32']:,}",
+                 f"{stats['bfloat16']:,}", ""])
+    total = {key: sum(v[1] for v in r[key]["by_term"].values()) for key in ("float32", "bfloat16")}
+    rows.append(["layer", "s·b·h·(34 + 5·a·s/h)", f"{r['formula']:,}", f"{total['float32']:,}",
+                 f"{total['bfloat16']:,}", f"{total['float32'] / r['formula']:.2f}"])
+    common.table(rows, headers=["block", "their formula", "their bytes", "float32 bytes",
+                                "bfloat16 bytes", "float32 / theirs"], disable_numparse=True)
+    elements = {t["term"]: t["elements"] for t in r["terms"]}
+    same = all(f32.get(term, [0])[0] == n == bf16.get(term, [0])[0]
+               for term, n in elements.items())
+    unnamed = r["float32"]["unnamed"] + r["bfloat16"]["unnamed"]
+    masks = sum(t["elements"] for t in r["terms"] if t["their_bytes_per_element"] == 1)
+    stats = f32.get(LAYER_NORM_STATISTICS, [0, 0])[0]
+    common.note(f"Every tensor the formula counts, torch's autograd keeps, element for element "
+                f"({'at every term' if same else 'NOT at every term'}; "
+                + ("no storage left unnamed" if not unnamed else f"unnamed: {unnamed}")
+                + f"), and one more: the LayerNorms' mean and 1/σ,\n{stats:,} elements = "
+                f"4·s·b{'' if stats == 4 * S * b else ' NOT'} (a number per token each, "
+                f"which the paper leaves out). The bytes differ by precision only: float32 keeps 4 "
+                f"bytes\nwhere they count 2 (2×), and each dropout mask in the activations' dtype: "
+                f"on CPU torch's dropout multiplies by a mask of its input's\ndtype (4 bytes, 4× "
+                f"their 1-byte mask); on a GPU its fused dropout keeps a bool, 1 byte, as they "
+                f"assume.")
+    half_extra = total["bfloat16"] - r["formula"]
+    accounted = "equal" if half_extra == masks + 2 * stats else "NOT equal"
+    common.note(f"In bfloat16 the layer keeps {total['bfloat16']:,} bytes, {half_extra:,} more "
+                f"than theirs: {masks:,} mask elements × 1 byte (2 bytes each, not 1) + {stats:,} "
+                f"statistics × 2 bytes ({accounted}).")
+    kept = sum(elements.values()) + stats
+    common.note(f"tensor.py's own layer (fused primitives, its dropout {r['p_dropout']:g}) keeps "
+                f"the same {kept:,} elements in float64, 8 bytes each: {r['tensor_py']:,} bytes "
+                f"({'equal' if r['tensor_py'] == 8 * kept else 'NOT equal'}), "
+                f"{r['tensor_py'] / r['formula']:.2f}× theirs.")
+
+
 PARTS = {1: show_parameters, 2: show_flops, 3: show_crossover, 4: show_activation_memory,
-         5: show_attention_time, 6: show_flash_memory}
+         5: show_attention_time, 6: show_flash_memory, 7: show_korthikanti}
 
 if __name__ == "__main__":
     common.main(__doc__, PARTS)
