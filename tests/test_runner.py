@@ -105,16 +105,22 @@ def _script(name: str, *args: str, **popen) -> subprocess.Popen:
 
 
 def test_ctrl_c_ends_a_script_with_one_line_and_leaves_no_worker_behind():
-    env = {**os.environ, "LECTURE06_WORKERS": "2"}
+    # unbuffered: its "seed 0" line arrives as it is printed
+    env = {**os.environ, "LECTURE06_WORKERS": "2", "PYTHONUNBUFFERED": "1"}
     script = _script("04_residual_layernorm.py", "--part", "4", "--no-figures", env=env,
                      # a group of its own, as in a terminal
-                     stdout=subprocess.DEVNULL, start_new_session=True,
+                     stdout=subprocess.PIPE, start_new_session=True,
                      # and Ctrl-C's default action, as a terminal gives it: a shell without job
                      # control starts `make test &` with SIGINT ignored, an ignored SIGINT is
                      # inherited across exec, and Python then raises no KeyboardInterrupt (the
                      # script trained on to its end)
                      preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    time.sleep(5)                         # imported, its seven runs training (~30 s of work left)
+    # "seed 0" comes once the script is imported and has started its runs (~30 s of work left); a
+    # fixed wait from the start could end before the imports on a loaded machine
+    for line in script.stdout:
+        if line.startswith("seed "):
+            break
+    time.sleep(2)                         # its workers started, Ctrl-C ignored in them
     os.killpg(script.pid, signal.SIGINT)  # what Ctrl-C sends: every process of the foreground group
     _, stderr = script.communicate(timeout=60)
     assert script.returncode == 128 + signal.SIGINT
