@@ -405,9 +405,10 @@ def dependency_walk(n: int, d: int = 8, seed: int = 0) -> dict:
     inputs = [Tensor(rng.standard_normal((1, d)), requires_grad=True) for _ in range(n)]
     h_n = unrolled_rnn(inputs, w_h, w_x)
     chains = matmul_chains(h_n)
-    rnn = {"serial": max(chains[id(x)][1] for x in inputs), "path": chains[id(inputs[0])][0]}
-    if not depends(h_n, np.ones(h_n.shape), inputs[0]):
-        rnn["path"] = None
+    reached = [chains[id(x)] for x in inputs if id(x) in chains]
+    rnn = {"serial": max(most for _, most in reached),
+           "path": chains[id(inputs[0])][0] if id(inputs[0]) in chains
+           and depends(h_n, np.ones(h_n.shape), inputs[0]) else None}
     transformer.set_seed(seed)
     layer = transformer.MultiHeadAttention(d, 1, causal=False, p_dropout=0.0).eval()
     x = Tensor(rng.standard_normal((1, n, d)), requires_grad=True)       # (B, S, D)
@@ -421,8 +422,8 @@ def dependency_walk(n: int, d: int = 8, seed: int = 0) -> dict:
 
 def counted_flops(d: int = 512, n: int = 128, seed: int = 0) -> dict:
     """FLOPs per token of the matmuls tensor.py runs (its count: 2 per multiply-add, from each
-    matmul's shapes): an RNN over n inputs (unrolled_rnn), and one attention layer over n tokens split
-    into its four projections (Q, K, V, then O) and its core (q kᵀ and weights · v)."""
+    matmul's shapes): an RNN over n inputs (unrolled_rnn), and one attention layer over n tokens
+    split into its four projections (Q, K, V, then O) and its core (q kᵀ and weights · v)."""
     rng = np.random.default_rng(seed)
     w_h, w_x = (Tensor(rng.standard_normal((d, d)) / math.sqrt(d)) for _ in range(2))
     transformer.set_seed(seed)
@@ -447,8 +448,8 @@ def counted_flops(d: int = 512, n: int = 128, seed: int = 0) -> dict:
 def rnn_vs_attention(d: int = 512, lengths=(128, 512, 1024, 2048, 4096, 8192), timed=(512, 2048),
                      repeats: int = 3, seed: int = 0, dtype=np.float32,
                      counted_at: int = 128, walked=(1, 2, 8, 32, 128)) -> dict:
-    """Per-token FLOPs (matmuls only, 2 per multiply-add); serial steps and path length walked in the
-    graph (dependency_walk, at each n of `walked`); arithmetic intensity; measured GFLOP/s.
+    """Per-token FLOPs (matmuls only, 2 per multiply-add); serial steps and path length walked in
+    the graph (dependency_walk, at each n of `walked`); arithmetic intensity; measured GFLOP/s.
 
     RNN step h_t = tanh(W [h_{t−1}; x_t]), W of size d × 2d: 4d² FLOPs, one mat-vec, n steps one
     after another. Attention layer: Q, K, V, O projections 8d², scores QKᵀ and weights·V 4nd, one
@@ -524,8 +525,9 @@ def show_rnn_vs_attention(args):
                 f"{rows[0]['ratio']:.2f} at n = {rows[0]['n']:,}, {rows[-1]['ratio']:.2f} at n = "
                 f"{rows[-1]['n']:,}.")
     agrees = lambda value, formula: "=" if value == formula else "≠"
-    common.note(f"Counted from the matmuls tensor.py runs (FLOPs per token, n = {counted['n']}): an "
-                f"RNN step {counted['rnn']:,.0f} ({agrees(counted['rnn'], 4 * d * d)} 4d²);\n"
+    common.note(f"Counted from the matmuls tensor.py runs (FLOPs per token, n = "
+                f"{counted['n']}): an RNN step {counted['rnn']:,.0f} "
+                f"({agrees(counted['rnn'], 4 * d * d)} 4d²);\n"
                 f"attention's four projections {counted['projections']:,.0f} "
                 f"({agrees(counted['projections'], 8 * d * d)} 8d²), alone "
                 f"{counted['projections_over_rnn']:g}× the RNN's step (notes: 2×), and its core "
@@ -542,12 +544,12 @@ def show_rnn_vs_attention(args):
                   "path first→last token: RNN", "path: attention"], intfmt=",")
     grows = all(w["rnn"]["serial"] == w["rnn"]["path"] == w["n"] for w in walks)
     flat = len({(w["attention"]["serial"], w["attention"]["path"]) for w in walks}) == 1
-    common.note(f"Serial steps: the most matmuls on any chain from an input to the output; path: the "
-                f"fewest from the first\ntoken's input to the last position's output (backward() "
-                f"confirms that output depends on it). For the RNN\nboth "
+    common.note(f"Serial steps: the most matmuls on any chain from an input to the output; path: "
+                f"the fewest from the first\ntoken's input to the last position's output "
+                f"(backward() confirms that output depends on it). For the RNN\nboth "
                 f"{'equal n' if grows else 'do NOT equal n'}; for attention they are "
-                f"{'the same at every n' if flat else 'NOT the same at every n'} (the chain: q or k "
-                f"projection, q kᵀ,\nweights · v, out projection; the path from x₁ through v "
+                f"{'the same at every n' if flat else 'NOT the same at every n'} (the chain: q "
+                f"or k projection, q kᵀ,\nweights · v, out projection; the path from x₁ through v "
                 f"skips q kᵀ).")
     common.note(f"\nArithmetic intensity ({r['dtype']}, {r['itemsize']} bytes an element): FLOPs "
                 f"per byte the matmuls read and write.\nAn RNN step is one ({d}, {2 * d}) mat-vec: "
