@@ -283,6 +283,10 @@ def test_part5_prints_intensity_and_ends_the_flop_table_with_the_ratio(capsys):
                for line in lines)
     assert any("2,097,152 bytes of weights (8d²)" in line for line in lines)
     assert any("0.50 FLOP/byte" in line for line in lines)
+    # the committed output has no ⏱ lines: what is left reads whole, no sentence ends on a colon
+    without_timings = [line for line in lines if not line.lstrip().startswith("⏱")]
+    assert without_timings[-1].endswith("is printed when you run it, on the ⏱ lines.")
+    assert len(without_timings) < len(lines)
     intensity_header = next(line for line in lines if "attention (FLOP/byte)" in line)
     assert ("RNN step (FLOP/byte)" in intensity_header
             and "intensity, attention / RNN (×)" in intensity_header)
