@@ -180,24 +180,68 @@ def test_contrast_pair_over_ten_seeds(ten_seeds):
 # ---- Part 5 · §1.2 (S1.2-a, S1.2-b, S1.2-d, S1.2-e, S11-a) ---------------------------------------
 def test_rnn_vs_attention_counts():
     d = 512
-    r = m.rnn_vs_attention(d=d, lengths=(0, 512, 1024, 2048, 4096, 8192), timed=(32,), repeats=1)
+    r = m.rnn_vs_attention(d=d, lengths=(0, 512, 1024, 2048, 4096, 8192), timed=(32,), repeats=1,
+                           walked=(1,))
     rows = {row["n"]: row for row in r["rows"]}
     assert rows[0]["attention"] / rows[0]["rnn"] == 2.0  # the projections alone: 8d² vs 4d²
     assert [rows[n]["ratio"] for n in (512, 1024, 2048, 4096, 8192)] == [3.0, 4.0, 6.0, 10.0, 18.0]
     for n, row in rows.items():
         assert row["rnn"] == 4 * d * d and row["attention"] == 8 * d * d + 4 * n * d
         assert row["ratio"] == 2 + n / d and (row["ratio"] >= 10) == (n >= 8 * d)
-        assert (row["rnn_steps"], row["attention_steps"], row["rnn_path"],
-                row["attention_path"]) == (n, 1, n, 1)
     timing = r["timings"][0]  # measured, printed with ⏱, never compared with the notes
     assert timing["n"] == 32 and all(timing[k]["seconds"] > 0 for k in ("rnn", "attention"))
+
+
+def test_the_walk_counts_matmuls_on_the_fewest_and_most_of_every_path():
+    """A leaf a that reaches the output directly (no matmul) and through two matmuls."""
+    a = m.Tensor(np.ones((2, 2)), requires_grad=True)
+    w = m.Tensor(np.eye(2))
+    b = a @ w
+    out = (b @ w) + a
+    chains = m.matmul_chains(out)
+    assert chains[id(a)] == (0, 2) and chains[id(b)] == (1, 1) and chains[id(out)] == (0, 0)
+
+
+@pytest.mark.parametrize("n", [1, 3, 16, 64])
+def test_serial_steps_and_path_lengths_walked_in_the_graph_S1_2_e(n):
+    """S1.2-e, counted in the computation: an RNN unrolled over n inputs runs n matmuls one after
+    another and its first input reaches the last output through all n; one attention layer's
+    longest chain is 4 matmuls (q or k projection, q kᵀ, weights · v, out projection) and its
+    shortest path from the first token to the last output 3 (through v), at every n."""
+    w = m.dependency_walk(n)
+    assert w["n"] == n and w["rnn"] == {"serial": n, "path": n}
+    assert w["attention"] == {"serial": 4, "path": 3}
+
+
+def test_the_dependency_check_sees_rows_inside_a_tensor():
+    """A causal layer: the last output depends on the first token, the first output not on the
+    last one (the walk alone, which sees whole tensors, could not tell)."""
+    m.transformer.set_seed(0)
+    layer = m.transformer.MultiHeadAttention(8, 1, causal=True, p_dropout=0.0).eval()
+    for output_row, input_row, expected in ((-1, 0, True), (0, -1, False)):
+        x = m.Tensor(np.random.default_rng(0).standard_normal((1, 5, 8)), requires_grad=True)
+        y = layer(x)
+        grad = np.zeros(y.shape)
+        grad[0, output_row] = 1.0
+        assert m.depends(y, grad, x, (0, input_row)) == expected
+
+
+@pytest.mark.parametrize("d, n", [(64, 16), (32, 48)])
+def test_projection_ratio_is_measured(d, n):
+    """S1.2-a/b from the FLOPs tensor.py counts for the matmuls it runs (2 per multiply-add, from
+    their shapes): an RNN step 4d², the four projections 8d² per token (so 2× the step), the core
+    4nd per token."""
+    counted = m.counted_flops(d=d, n=n)
+    assert (counted["d"], counted["n"]) == (d, n)
+    assert counted["rnn"] == 4 * d * d and counted["projections"] == 8 * d * d
+    assert counted["core"] == 4 * n * d and counted["projections_over_rnn"] == 2.0
 
 
 def test_arithmetic_intensity_of_an_rnn_step_and_of_attention():
     """S1.2-d: a (d, 2d) float32 mat-vec does 4d² FLOPs on 8d² bytes of weights, about 0.5 FLOP/byte
     at any n (the notes' "about 1"); attention's matmuls do 40-440× more per byte at d = 512."""
     d, lengths = 512, (128, 512, 8192)
-    r = m.rnn_vs_attention(d=d, lengths=lengths, timed=(8,), repeats=1)
+    r = m.rnn_vs_attention(d=d, lengths=lengths, timed=(8,), repeats=1, walked=(1,))
     step = r["rnn_step"]
     assert (step["flops"], step["weight_bytes"], step["bytes"]) == (4 * d * d, 8 * d * d,
                                                                     4 * (2 * d * d + 3 * d))
@@ -209,7 +253,8 @@ def test_arithmetic_intensity_of_an_rnn_step_and_of_attention():
         assert row["attention"] == row["flops"] / row["bytes"] and row["rnn"] == step["intensity"]
     assert [round(row["attention"]) for row in r["intensity"]] == [43, 96, 218]
     assert all(row["ratio"] > 80 for row in r["intensity"])
-    r64 = m.rnn_vs_attention(d=d, lengths=lengths, timed=(8,), repeats=1, dtype=np.float64)
+    r64 = m.rnn_vs_attention(d=d, lengths=lengths, timed=(8,), repeats=1, dtype=np.float64,
+                             walked=(1,))
     # 0.25 in float64
     assert r64["itemsize"] == 8 and r64["rnn_step"]["intensity"] == step["intensity"] / 2
 
@@ -221,23 +266,30 @@ def test_part5_prints_intensity_and_ends_the_flop_table_with_the_ratio(capsys):
     # "look at the last column"
     assert flop_header.rstrip().endswith("FLOPs/token, attention / RNN (2 + n/d)")
     headers = [h.strip() for h in flop_header.split("  ") if h.strip()]
-    assert len(headers) == len(set(headers)) == 8  # no two columns alike
+    assert len(headers) == len(set(headers)) == 4  # no two columns alike
     at_8192 = next(line for line in lines if line.lstrip().startswith("8,192")
                    and "1,048,576" in line)
     assert at_8192.rstrip().endswith("18.00")
-    assert any("attention saves no FLOPs at any n here. Its four projections alone, "
-               "8d² = 2,097,152 FLOPs/token, are 2× the RNN's 4d²" in line for line in lines)
-    assert any("2.25 at n = 128, 18.00 at n = 8,192" in line for line in lines)
+    assert any("attention saves no FLOPs at any n here, and the ratio grows with n: 2.25 at n = "
+               "128, 18.00 at n = 8,192." in line for line in lines)
+    assert any("an RNN step 1,048,576 (= 4d²)" in line for line in lines)
+    assert any("four projections 2,097,152 (= 8d²), alone 2× the RNN's step (notes: 2×)" in line
+               for line in lines)
+    assert any(line.startswith("262,144 (= 4nd).") for line in lines)
+    walked_header = next(line for line in lines if "serial steps: RNN" in line)
+    walked = [line.split() for line in lines[lines.index(walked_header) + 2:][:5]]
+    assert walked == [[f"{n}", f"{n}", "4", f"{n}", "3"] for n in (1, 2, 8, 32, 128)]
+    assert any("both equal n; for attention they are the same at every n" in line
+               for line in lines)
     assert any("2,097,152 bytes of weights (8d²)" in line for line in lines)
     assert any("0.50 FLOP/byte" in line for line in lines)
+    # the committed output has no ⏱ lines: what is left reads whole, no sentence ends on a colon
+    without_timings = [line for line in lines if not line.lstrip().startswith("⏱")]
+    assert without_timings[-1].endswith("is printed when you run it, on the ⏱ lines.")
+    assert len(without_timings) < len(lines)
     intensity_header = next(line for line in lines if "attention (FLOP/byte)" in line)
     assert ("RNN step (FLOP/byte)" in intensity_header
             and "intensity, attention / RNN (×)" in intensity_header)
-
-
-def test_projection_ratio_is_computed():
-    assert m.rnn_vs_attention(d=64, lengths=(64,), timed=(4,),
-                              repeats=1)["projections_over_rnn"] == 2.0
 
 
 def test_part2_headers_and_the_computed_conclusion(capsys):

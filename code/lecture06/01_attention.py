@@ -13,6 +13,7 @@ import math
 
 
 import numpy as np
+import tensor
 import transformer
 from tensor import Tensor, no_grad
 
@@ -358,23 +359,110 @@ def show_permutation(args):
 
 
 # ---- Part 5 · §1.2 ------------------------------------------------------------------------------
+def tanh(x: Tensor) -> Tensor:
+    """tanh from tensor.py's primitives: 2σ(2x) − 1."""
+    return (x * 2.0).sigmoid() * 2.0 - 1.0
+
+
+def unrolled_rnn(inputs: list, w_h: Tensor, w_x: Tensor) -> Tensor:
+    """h_t = tanh(h_{t−1} W_h + x_t W_x) from h_0 = 0 over the (1, d) inputs x_1 … x_n: W [h; x]
+    with W = [W_h; W_x] of size 2d × d, as two (d, d) mat-vecs a step. Returns h_n."""
+    h = Tensor(np.zeros((1, w_h.shape[0])))
+    for x in inputs:                 # each step needs the h of the step before
+        h = tanh(h @ w_h + x @ w_x)
+    return h
+
+
+def matmul_chains(output: Tensor) -> dict:
+    """id of every tensor `output` was computed from (its own included) -> (fewest, most) matmuls on
+    a path from it to `output`: a walk over tensor.py's graph, children before parents."""
+    chains = {id(output): (0, 0)}
+    for node in reversed(tensor.graph(output)):
+        fewest, most = chains[id(node)]
+        step = int(node._op == "matmul")
+        for parent in node._parents:
+            known = chains.get(id(parent), (math.inf, -math.inf))
+            chains[id(parent)] = (min(known[0], fewest + step), max(known[1], most + step))
+    return chains
+
+
+def depends(output: Tensor, grad: np.ndarray, source: Tensor, row=...) -> bool:
+    """Whether `output` (where grad is nonzero) depends on source[row]: backward() through the graph
+    gives it a nonzero gradient. The walk sees whole tensors; this sees rows inside them."""
+    output.backward(grad)
+    return bool(np.any(source.grad[row] != 0))
+
+
+def dependency_walk(n: int, d: int = 8, seed: int = 0) -> dict:
+    """Serial steps and path length counted in tensor.py's graph, in matmuls: an RNN unrolled over n
+    inputs and one attention layer (transformer.MultiHeadAttention, 1 head, no mask) over n tokens.
+
+    serial: the most matmuls on any path from an input to the output, the chain that must run one
+    matmul after another; path: the fewest matmuls from the first token's input to the last
+    position's output (None if backward finds no dependency). Neither depends on d."""
+    rng = np.random.default_rng(seed)
+    w_h, w_x = (Tensor(rng.standard_normal((d, d)) / math.sqrt(d)) for _ in range(2))
+    inputs = [Tensor(rng.standard_normal((1, d)), requires_grad=True) for _ in range(n)]
+    h_n = unrolled_rnn(inputs, w_h, w_x)
+    chains = matmul_chains(h_n)
+    reached = [chains[id(x)] for x in inputs if id(x) in chains]
+    rnn = {"serial": max(most for _, most in reached),
+           "path": chains[id(inputs[0])][0] if id(inputs[0]) in chains
+           and depends(h_n, np.ones(h_n.shape), inputs[0]) else None}
+    transformer.set_seed(seed)
+    layer = transformer.MultiHeadAttention(d, 1, causal=False, p_dropout=0.0).eval()
+    x = Tensor(rng.standard_normal((1, n, d)), requires_grad=True)       # (B, S, D)
+    y = layer(x)                                                          # (B, S, D)
+    fewest, most = matmul_chains(y)[id(x)]
+    last = np.zeros(y.shape)
+    last[0, -1] = 1.0                                                     # the last position only
+    attention = {"serial": most, "path": fewest if depends(y, last, x, (0, 0)) else None}
+    return {"n": n, "d": d, "rnn": rnn, "attention": attention}
+
+
+def counted_flops(d: int = 512, n: int = 128, seed: int = 0) -> dict:
+    """FLOPs per token of the matmuls tensor.py runs (its count: 2 per multiply-add, from each
+    matmul's shapes): an RNN over n inputs (unrolled_rnn), and one attention layer over n tokens
+    split into its four projections (Q, K, V, then O) and its core (q kᵀ and weights · v)."""
+    rng = np.random.default_rng(seed)
+    w_h, w_x = (Tensor(rng.standard_normal((d, d)) / math.sqrt(d)) for _ in range(2))
+    transformer.set_seed(seed)
+    layer = transformer.MultiHeadAttention(d, 1, causal=False, p_dropout=0.0).eval()
+    x = Tensor(rng.standard_normal((1, n, d)))                            # (B, S, D)
+    with no_grad():
+        with tensor.count_traffic() as rnn:
+            unrolled_rnn([Tensor(x.data[:, t]) for t in range(n)], w_h, w_x)
+        with tensor.count_traffic() as projections:
+            q, kT, v = layer.project_to_query_key_value(x)
+        with tensor.count_traffic() as core:
+            heads = layer.self_attention(q, kT, v)
+        with tensor.count_traffic() as out:
+            layer.out_projection(heads)
+    per_token = lambda *counts: sum(c.total("flops", "forward") for c in counts) / n
+    counted = {"d": d, "n": n, "rnn": per_token(rnn), "projections": per_token(projections, out),
+               "core": per_token(core)}
+    counted["projections_over_rnn"] = counted["projections"] / counted["rnn"]
+    return counted
+
+
 def rnn_vs_attention(d: int = 512, lengths=(128, 512, 1024, 2048, 4096, 8192), timed=(512, 2048),
-                     repeats: int = 3, seed: int = 0, dtype=np.float32) -> dict:
-    """Per-token FLOPs (matmuls only, 2 per multiply-add), serial steps and path length; arithmetic
-    intensity; measured GFLOP/s.
+                     repeats: int = 3, seed: int = 0, dtype=np.float32,
+                     counted_at: int = 128, walked=(1, 2, 8, 32, 128)) -> dict:
+    """Per-token FLOPs (matmuls only, 2 per multiply-add); serial steps and path length walked in
+    the graph (dependency_walk, at each n of `walked`); arithmetic intensity; measured GFLOP/s.
 
     RNN step h_t = tanh(W [h_{t−1}; x_t]), W of size d × 2d: 4d² FLOPs, one mat-vec, n steps one
     after another. Attention layer: Q, K, V, O projections 8d², scores QKᵀ and weights·V 4nd, one
-    pass. Arithmetic intensity = FLOPs / bytes moved, each matmul reading its operands once and
-    writing its result once (elements of `dtype`): the RNN step reads W (2d²) and [h; x] (2d),
-    writes h (d); the attention layer over n tokens moves 4d² weights, 10nd activations (x and q, k,
-    v, the mixed values, the output, in and out of the four projections and the two attention
-    matmuls) and 2n² scores.
+    pass (counted_flops counts both from the matmuls tensor.py runs, at n = counted_at). Arithmetic
+    intensity = FLOPs / bytes moved, each matmul reading its operands once and writing its result
+    once (elements of `dtype`): the RNN step reads W (2d²) and [h; x] (2d), writes h (d); the
+    attention layer over n tokens moves 4d² weights, 10nd activations (x and q, k, v, the mixed
+    values, the output, in and out of the four projections and the two attention matmuls) and 2n²
+    scores.
     """
     size = np.dtype(dtype).itemsize
     rows = [{"n": n, "rnn": 4 * d * d, "attention": 8 * d * d + 4 * n * d,
-             "ratio": (8 * d * d + 4 * n * d) / (4 * d * d), "rnn_steps": n, "attention_steps": 1,
-             "rnn_path": n, "attention_path": 1} for n in lengths]
+             "ratio": (8 * d * d + 4 * n * d) / (4 * d * d)} for n in lengths]
     rnn_step = {"flops": 4 * d * d, "weight_bytes": 2 * d * d * size,
                 "bytes": (2 * d * d + 3 * d) * size}
     rnn_step["intensity"] = rnn_step["flops"] / rnn_step["bytes"]
@@ -416,30 +504,53 @@ def rnn_vs_attention(d: int = 512, lengths=(128, 512, 1024, 2048, 4096, 8192), t
             row[name] = {"seconds": best, "gflops": flops / best / 1e9}
         timings.append(row)
     return {"d": d, "dtype": np.dtype(dtype).name, "itemsize": size, "rows": rows,
-            "rnn_step": rnn_step,
-            "projections": 8 * d * d, "projections_over_rnn": 8 * d * d / (4 * d * d),
+            "rnn_step": rnn_step, "counted": counted_flops(d, counted_at, seed),
+            "walks": [dependency_walk(n, seed=seed) for n in walked],
             "intensity": intensity, "timings": timings}
 
 
 def show_rnn_vs_attention(args):
     r = rnn_vs_attention(timed=(256,) if args.quick else (512, 1024), repeats=3,
                          seed=args.seed)
-    d, step, rows = r["d"], r["rnn_step"], r["rows"]
+    d, step, rows, counted = r["d"], r["rnn_step"], r["rows"], r["counted"]
     common.header(5, "§1.2", f"RNN vs attention, d = {d}")
-    common.table([[row["n"], row["rnn"], row["attention"], row["rnn_steps"], row["attention_steps"],
-                   row["rnn_path"], row["attention_path"], row["ratio"]] for row in rows],
+    common.table([[row["n"], row["rnn"], row["attention"], row["ratio"]] for row in rows],
                  ["n (tokens)", "RNN FLOPs/token (4d²)", "attention FLOPs/token (8d²+4nd)",
-                  "serial steps: RNN", "serial steps: attention",
-                  "path first→last token: RNN (steps)",
-                  "path: attention (steps)", "FLOPs/token, attention / RNN (2 + n/d)"],
-                 floatfmt=("g", ",", ",", "g", "g", "g", "g", ".2f"), intfmt=",")
+                  "FLOPs/token, attention / RNN (2 + n/d)"],
+                 floatfmt=("g", ",", ",", ".2f"), intfmt=",")
     cheaper = [row["n"] for row in rows if row["ratio"] < 1]
     verdict = ("attention saves no FLOPs at any n here" if not cheaper
                else f"attention costs fewer FLOPs at n = {', '.join(map(str, cheaper))}")
-    common.note(f"Look at the last column: {verdict}. Its four projections alone, 8d² = "
-                f"{r['projections']:,} FLOPs/token, are {r['projections_over_rnn']:g}× the RNN's "
-                f"4d² (notes: 2×),\nand the ratio grows with n: {rows[0]['ratio']:.2f} at n = "
-                f"{rows[0]['n']:,}, {rows[-1]['ratio']:.2f} at n = {rows[-1]['n']:,}.")
+    common.note(f"Look at the last column: {verdict}, and the ratio grows with n: "
+                f"{rows[0]['ratio']:.2f} at n = {rows[0]['n']:,}, {rows[-1]['ratio']:.2f} at n = "
+                f"{rows[-1]['n']:,}.")
+    agrees = lambda value, formula: "=" if value == formula else "≠"
+    common.note(f"Counted from the matmuls tensor.py runs (FLOPs per token, n = "
+                f"{counted['n']}): an RNN step {counted['rnn']:,.0f} "
+                f"({agrees(counted['rnn'], 4 * d * d)} 4d²);\n"
+                f"attention's four projections {counted['projections']:,.0f} "
+                f"({agrees(counted['projections'], 8 * d * d)} 8d²), alone "
+                f"{counted['projections_over_rnn']:g}× the RNN's step (notes: 2×), and its core "
+                f"(q kᵀ, weights · v)\n{counted['core']:,.0f} "
+                f"({agrees(counted['core'], 4 * counted['n'] * d)} 4nd).")
+    walks = r["walks"]
+    path = lambda steps: "no path" if steps is None else steps
+    common.note(f"\nSerial steps and path length, counted in matmuls by walking tensor.py's graph "
+                f"(d = {walks[0]['d']}; neither depends on d):\nan RNN unrolled over n inputs, and "
+                f"one attention layer over n tokens.")
+    common.table([[w["n"], w["rnn"]["serial"], w["attention"]["serial"], path(w["rnn"]["path"]),
+                   path(w["attention"]["path"])] for w in walks],
+                 ["n (tokens)", "serial steps: RNN", "serial steps: attention",
+                  "path first→last token: RNN", "path: attention"], intfmt=",")
+    grows = all(w["rnn"]["serial"] == w["rnn"]["path"] == w["n"] for w in walks)
+    flat = len({(w["attention"]["serial"], w["attention"]["path"]) for w in walks}) == 1
+    common.note(f"Serial steps: the most matmuls on any chain from an input to the output; path: "
+                f"the fewest from the first\ntoken's input to the last position's output "
+                f"(backward() confirms that output depends on it). For the RNN\nboth "
+                f"{'equal n' if grows else 'do NOT equal n'}; for attention they are "
+                f"{'the same at every n' if flat else 'NOT the same at every n'} (the chain: q "
+                f"or k projection, q kᵀ,\nweights · v, out projection; the path from x₁ through v "
+                f"skips q kᵀ).")
     common.note(f"\nArithmetic intensity ({r['dtype']}, {r['itemsize']} bytes an element): FLOPs "
                 f"per byte the matmuls read and write.\nAn RNN step is one ({d}, {2 * d}) mat-vec: "
                 f"{step['flops']:,} FLOPs (4d²) on {step['weight_bytes']:,} bytes of weights "
@@ -454,7 +565,8 @@ def show_rnn_vs_attention(args):
                  floatfmt=("g", ",", ",", ".0f", ".2f", ".0f"), intfmt=",")
     common.note(f"A mat-vec uses each weight it fetches once, so memory bandwidth bounds it; "
                 f"attention's big matmuls reuse each weight\nn times, and it runs them in one pass "
-                f"instead of n dependent mat-vecs ({r['dtype']}, numpy BLAS, one thread each):")
+                f"instead of n dependent mat-vecs. What that buys on your CPU ({r['dtype']}, numpy "
+                f"BLAS,\none thread each) is printed when you run it, on the ⏱ lines.")
     for row in r["timings"]:
         rnn, att = row["rnn"], row["attention"]
         common.timing(f"n = {row['n']}: RNN {rnn['gflops']:.1f} GFLOP/s ({row['n']} mat-vecs, "

@@ -237,6 +237,13 @@ def smallest_margin(logits: np.ndarray, data) -> dict:
     return {kind: float(margin[data.kinds == kind].min()) for kind in reviews.KINDS}
 
 
+def decided_by(logits: np.ndarray, data) -> dict:
+    """kind -> min over its sentences of |z1 - z0|: how far the closest one is from changing its
+    prediction, and so the kind's accuracy."""
+    gap = np.abs(logits[:, 1] - logits[:, 0])
+    return {kind: float(gap[data.kinds == kind].min()) for kind in reviews.KINDS}
+
+
 def pair_difference(scores: np.ndarray, data) -> float:
     """max |scores(s) - scores(twin of s)| over the contrast sentences: ~0 for a model blind to
     order."""
@@ -250,9 +257,9 @@ def accuracy(seeds=(common.DEFAULT_SEED,), steps: int = STEPS) -> dict:
 
     Returns {"seeds": seeds, "bag-of-words": {kind: accuracy, "pair_difference": max |Δ score| over
     the contrast pairs} (no randomness: one model for every seed), for each name in MODELS a list
-    with one such dict per seed (with its "seed", "margin": smallest_margin and "undecided": the
-    smallest |z1 - z0| of a contrast sentence), "claims": each claim's margin at every seed (see
-    accuracy_claims)}.
+    with one such dict per seed (with its "seed", "margin": smallest_margin, "decided_by":
+    decided_by and "undecided": the smallest |z1 - z0| of a contrast sentence), "claims": each
+    claim's margin at every seed (see accuracy_claims)}.
     """
     seeds = list(seeds)
     test = reviews.test_set()
@@ -273,6 +280,7 @@ def accuracy(seeds=(common.DEFAULT_SEED,), steps: int = STEPS) -> dict:
             results[name].append(dict(accuracy_by_kind(logits.argmax(axis=1), test), seed=seed,
                                       pair_difference=pair_difference(logits, test),
                                       margin=smallest_margin(logits, test),
+                                      decided_by=decided_by(logits, test),
                                       undecided=float(np.abs(logits[contrast, 1] -
                                                              logits[contrast, 0]).min())))
     results["claims"] = accuracy_claims(results)
@@ -329,24 +337,43 @@ def show_accuracy(args):
     r = accuracy(seeds, steps)
     test = reviews.test_set()
     counts = {kind: int(np.sum(test.kinds == kind)) for kind in reviews.KINDS}
-    headers = (["model"] + [f"{kind} ({counts[kind]})" for kind in reviews.KINDS]
-               + ["contrast pairs: max |Δ score|"])
+    headers = ["model"] + [f"{kind} ({counts[kind]})" for kind in reviews.KINDS]
 
-    def row(name, results):   # a trained Transformer's digits move with the float kernels: ⚙
-        marked = name if name == "bag-of-words" else f"{common.KERNELS} {name}"
-        return ([marked] + [_percent([v[kind] for v in results]) for kind in reviews.KINDS]
-                + [_difference([v["pair_difference"] for v in results])])
+    def decided(v, kind) -> bool:
+        """Whether other float kernels leave this accuracy as it is: no sentence of the kind within
+        TIPPING of changing its prediction. Contrast twins that agree to rounding (no positions)
+        have opposite labels and one score, so exactly one of the two is right whichever side of 0
+        the score moves to: 50% as long as no gap is at rounding level itself."""
+        twins_agree = kind == "contrast" and v["pair_difference"] <= ROUNDING
+        return v["decided_by"][kind] > (ROUNDING if twins_agree else TIPPING)
+
+    def row(name, results):
+        """Bag-of-words has no randomness; a Transformer's row carries ⚙ unless every seed decides
+        every kind."""
+        decided_row = name == "bag-of-words" or all(decided(v, kind) for v in results
+                                                    for kind in reviews.KINDS)
+        return ([name if decided_row else f"{common.KERNELS} {name}"]
+                + [_percent([v[kind] for v in results]) for kind in reviews.KINDS])
+
+    def pair_differences(pick):   # a trained Transformer's are its float kernels' digits: ⚙
+        return ", ".join(f"{name.removeprefix('Transformer, ')} "
+                         f"{_difference([v['pair_difference'] for v in pick(r[name])])}"
+                         for name in MODELS)
 
     common.header(2, "§9.3", "Lecture 5's test set: accuracy by sentence kind")
     common.note(f"seed {seeds[0]}, the Transformers after {steps} Adam steps:")
     common.table([row("bag-of-words", [r["bag-of-words"]])]
                  + [row(name, r[name][:1]) for name in MODELS],
                  headers, disable_numparse=True)
+    common.note(f"contrast pairs, max |Δ score| between a sentence and its twin: bag-of-words "
+                f"{r['bag-of-words']['pair_difference']:.1e}; the Transformers:")
+    common.kernel_note(f"seed {seeds[0]}: {pair_differences(lambda results: results[:1])}")
     if len(seeds) > 1:
         common.note(f"\nlowest-highest over {len(seeds)} seeds ({', '.join(map(str, seeds))}) "
                     "(bag-of-words has no randomness:\nfull-batch gradient descent from zero "
                     "weights, the same model at every seed):")
         common.table([row(name, r[name]) for name in MODELS], headers, disable_numparse=True)
+        common.kernel_note(f"contrast pairs, max |Δ score|: {pair_differences(lambda x: x)}")
     print()
     c = r["claims"]
     common.count_line("without positions, every contrast pair's logits are equal to rounding (≤ "
@@ -452,31 +479,46 @@ def show_attention(args):
     r = s["per_seed"][0]
     common.header(3, "§9.3",
                   f"What the model with positions attends to in \"{reviews.NOTES_SENTENCE}\"")
-    common.note(f"seed {seeds[0]}, after {steps} Adam steps:")
-    rows = [(i, w, r["received"][i], *(r["weights"][:, :, i].mean(axis=1)))
-            for i, w in enumerate(r["words"])]
-    heads = [f"head {h}" for h in range(r["weights"].shape[0])]
-    common.table(rows, ["position", "word", "weight received (mean over heads, queries)"] + heads,
+    common.note(f"seed {seeds[0]}, after {steps} Adam steps, the weight each position receives "
+                f"(mean over the queries):")
+    # positions and words in the (unmarked) header; the weights, digits of the float kernels, on ⚙
+    # rows
+    rows = [["mean over heads", *r["received"]]] + [[f"head {h}", *head.mean(axis=0)]
+                                                    for h, head in enumerate(r["weights"])]
+    common.table(rows, ["position, word", *(f"{i} {w}" for i, w in enumerate(r["words"]))],
                  floatfmt=".3f", kernel_dependent=True)
     name = ("negative", "positive")
 
-    def ranked(result, k):
-        i = result["order"][k]
-        return f"{i} {result['words'][i]!r} ({result['received'][i]:.3f})"
+    def word(result, i):
+        return f"{i} {result['words'][i]!r}"
 
     def place(result, i):
         rank = result["order"].index(i) + 1
-        return f"{rank}{ {1: 'st', 2: 'nd', 3: 'rd'}.get(rank, 'th')} ({result['received'][i]:.3f})"
+        return f"{rank}{ {1: 'st', 2: 'nd', 3: 'rd'}.get(rank, 'th')}"
+
+    def decided(result) -> bool:
+        """Whether other float kernels leave the row's words as they are: the first three places
+        and 'but''s each apart from their neighbours by more than TIPPING, the prediction too."""
+        ranked = result["received"][result["order"]]
+        gaps = ranked[:-1] - ranked[1:]                # gaps[k]: place k+1 over place k+2
+        but = result["order"].index(BUT)
+        around_but = gaps[max(but - 1, 0):but + 1]
+        return (min(gaps[:3]) > TIPPING and min(around_but) > TIPPING
+                and abs(result["logit_margin"]) > TIPPING)
 
     if len(seeds) > 1:
-        common.note(f"\nat each of {len(seeds)} seeds:")
-        # the headers are wider than any cell, so that the unmarked header lines keep their width on
-        # any CPU
-        common.table([[result["seed"], ranked(result, 0), ranked(result, 1), ranked(result, 2),
-                       place(result, BUT), name[result["prediction"]]] for result in s["per_seed"]],
-                     ["seed", "most attention (weight)", "second most (weight)",
-                      "third most (weight)", "'but' comes (weight)", "predicted as"],
-                     disable_numparse=True, kernel_dependent=True)
+        common.note(f"\nat each of {len(seeds)} seeds (the ⚙ row under a seed: the weights):")
+        rows = []
+        for result in s["per_seed"]:
+            seed = str(result["seed"])
+            rows.append([seed if decided(result) else f"{common.KERNELS} {seed}",
+                         *(word(result, result["order"][k]) for k in range(3)),
+                         place(result, BUT), name[result["prediction"]]])
+            rows.append([f"{common.KERNELS} weight",
+                         *(f"{result['received'][result['order'][k]]:.3f}" for k in range(3)),
+                         f"{result['received'][BUT]:.3f}", ""])
+        common.table(rows, ["seed", "most attention", "second most", "third most", "'but' comes",
+                            "predicted as"], disable_numparse=True)
     c = s["claims"]
     common.count_line(f"position {DECIDING} ('bad', the adjective after 'but') gets the most "
                       "attention", c["most_on_deciding"], TIPPING, notes="position 8")
