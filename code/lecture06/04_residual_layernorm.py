@@ -308,9 +308,9 @@ def show_layer_grad_norms(args):
     (pre_shallow, pre_deep), (post_shallow, post_deep) = f["last"]["Pre-LN"], f["last"]["Post-LN"]
     common.note(f"Layer L, the one next to the output: Pre-LN's gets {pre_deep / pre_shallow:.2f}× "
                 f"at L = {f['deep']} what it gets at L = {f['shallow']} ({pre_shallow:.2f} → "
-                f"{pre_deep:.2f}): "
-                f"{'shrinking' if f['pre_ln_last_shrinks'] else 'NOT shrinking'} with depth (why: "
-                "the Pre-LN table below).\nPost-LN's gets "
+                f"{pre_deep:.2f}), "
+                f"{'shrinking' if f['pre_ln_last_shrinks'] else 'NOT shrinking'} with depth\n(why: "
+                "the Pre-LN table below). Post-LN's gets "
                 f"{post_shallow:.2f} → {post_deep:.2f}, "
                 f"{'shrinking' if f['post_ln_last_shrinks'] else 'not shrinking'} with depth: at L "
                 f"= {f['deep']} {f['post_over_pre_deep']:.1f}× Pre-LN's, so a large lr\nmoves "
