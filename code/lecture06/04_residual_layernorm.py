@@ -670,13 +670,16 @@ def draw_training_curves(r, figures_dir):
             label = (f"{run['placement']}, "
                      + (f"warmup {run['warmup']}" if run["warmup"] else "no warmup")
                      if first else None)
-            # the moving mean the worst climb is measured on, drawn at the last step it covers
-            window = r["window"]
-            moving = np.convolve(run["batch_excess"], np.ones(window) / window, mode="valid")
-            ax.plot(np.arange(window, len(run["batch_excess"]) + 1), moving,
-                    color=colors[config], lw=1.0 if first else 0.6, alpha=0.9 if first else 0.35,
-                    label=label)
+            # mean of 10 batches
+            moving = np.convolve(run["batch_excess"], np.ones(10) / 10, mode="valid")
+            ax.plot(np.arange(10, len(run["batch_excess"]) + 1), moving, color=colors[config],
+                    lw=1.0 if first else 0.6, alpha=0.9 if first else 0.35, label=label)
             if first and run["climb_low"] is not None and climb_text(run, r) != "did not train":
+                # the moving mean the worst climb is measured on, at the last step each mean covers
+                window = r["window"]
+                moving = np.convolve(run["batch_excess"], np.ones(window) / window, mode="valid")
+                ax.plot(np.arange(window, len(run["batch_excess"]) + 1), moving, "--",
+                        color=colors[config], lw=0.8)
                 for (value, _, last_step), marker in zip((run["climb_low"], run["climb_top"]),
                                                          ("v", "^")):
                     ax.plot(last_step, value, marker, color=colors[config], ms=6)
@@ -691,11 +694,11 @@ def draw_training_curves(r, figures_dir):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     axes[0][0].set_ylabel("held-out batch excess, mnat/token")
-    fig.suptitle(f"{r['n_layers']}-layer DecoderLM on the city language: mean of the last "
-                 f"{r['window']} fresh batches"
+    fig.suptitle(f"{r['n_layers']}-layer DecoderLM on the city language: mean of 10 fresh batches"
                  + (f" (seed {r['seeds'][0]} bold, the other seeds faint)"
                     if len(r["seeds"]) > 1 else "")
-                 + f"\nseed {r['seeds'][0]}'s worst climb from ▼ (low) to ▲ (top)")
+                 + f";\ndashed: seed {r['seeds'][0]}'s mean of the last {r['window']}, its worst "
+                 "climb from ▼ (low) to ▲ (top)")
     fig.tight_layout()
     common.save_figure(fig, "04_training_curves", figures_dir)
 
