@@ -240,11 +240,31 @@ def branch_scale(init: str = "xavier", seed: int = 0, n_layers: int = 6, n_embd:
             "tokens": data.x.shape, "input_std": x_std, "branch_std": y_std, "ratio": y_std / x_std}
 
 
+# A layer's gradient "shrinks with depth" when the deepest model gives it less than this fraction
+# of what the shallowest gives it: the bound S5.4-b's test holds Pre-LN's layer L to.
+SHRINKS_BELOW = 0.8
+
+
+def pre_ln_layers(r: dict) -> list:
+    """The layers part 3's Pre-LN table shows, one a column: layer 1 and layer L of every depth."""
+    return sorted({1, *r["depths"]})
+
+
 def part3_findings(r: dict, unit: dict) -> dict:
     """What part 3's tables show, computed from them: how layer L's gradient changes from the
     shallowest to the deepest model in each placement, and layer 1's against layer L's in Post-LN,
-    with the embeddings of the init (r) and with embeddings N(0, 1) (unit)."""
+    with the embeddings of the init (r) and with embeddings N(0, 1) (unit); and in Pre-LN, how each
+    layer l's gradient changes from the shallowest model that has the layer to the deepest
+    (`pre_kept`: deepest / shallowest, for every l below the deepest L)."""
     shallow, deep = r["depths"][0], r["depths"][-1]
+    pre = {depth: r["norms"]["Pre-LN", depth] for depth in r["depths"]}
+    shallowest_with = {layer: min(L for L in r["depths"] if L >= layer)
+                       for layer in pre_ln_layers(r)}
+    pre_kept = {layer: pre[deep][layer - 1] / pre[shallowest_with[layer]][layer - 1]
+                for layer in pre_ln_layers(r) if layer < deep}
+    # each row, over the layers the table shows
+    rows_fall = all(np.all(np.diff([pre[L][layer - 1] for layer in pre_ln_layers(r) if layer <= L])
+                           < 0) for L in r["depths"])
     last = {p: (r["norms"][p, shallow][-1], r["norms"][p, deep][-1]) for p in ("Post-LN", "Pre-LN")}
     post_first = [r["norms"]["Post-LN", L][0] for L in r["depths"]]
     post_last = [r["norms"]["Post-LN", L][-1] for L in r["depths"]]
@@ -257,7 +277,12 @@ def part3_findings(r: dict, unit: dict) -> dict:
             "post_last": (min(post_last), max(post_last)),
             "unit_first": (min(unit_first), max(unit_first)),
             "first_over_last": min(f / la for f, la in zip(post_first, post_last)),
-            "unit_first_over_last": max(f / la for f, la in zip(unit_first, post_last))}
+            "unit_first_over_last": max(f / la for f, la in zip(unit_first, post_last)),
+            "pre_kept": pre_kept,
+            "pre_shrinking": [layer for layer, kept in pre_kept.items() if kept < SHRINKS_BELOW],
+            "pre_first": (min(pre[L][0] for L in r["depths"]),
+                          max(pre[L][0] for L in r["depths"])),
+            "pre_deep_row": (pre[deep][0], pre[deep][-1]), "pre_rows_fall": rows_fall}
 
 
 def show_layer_grad_norms(args):
@@ -283,8 +308,9 @@ def show_layer_grad_norms(args):
     (pre_shallow, pre_deep), (post_shallow, post_deep) = f["last"]["Pre-LN"], f["last"]["Post-LN"]
     common.note(f"Layer L, the one next to the output: Pre-LN's gets {pre_deep / pre_shallow:.2f}× "
                 f"at L = {f['deep']} what it gets at L = {f['shallow']} ({pre_shallow:.2f} → "
-                f"{pre_deep:.2f}): L branches add to one stream,\nso each one's share "
-                f"{'shrinks' if f['pre_ln_last_shrinks'] else 'does NOT shrink'}. Post-LN's gets "
+                f"{pre_deep:.2f}), "
+                f"{'shrinking' if f['pre_ln_last_shrinks'] else 'NOT shrinking'} with depth\n(why: "
+                "the Pre-LN table below). Post-LN's gets "
                 f"{post_shallow:.2f} → {post_deep:.2f}, "
                 f"{'shrinking' if f['post_ln_last_shrinks'] else 'not shrinking'} with depth: at L "
                 f"= {f['deep']} {f['post_over_pre_deep']:.1f}× Pre-LN's, so a large lr\nmoves "
@@ -292,6 +318,7 @@ def show_layer_grad_norms(args):
                 f"""{'less hard in a deep model than' if f['post_ln_last_shrinks']
                      else 'at least as hard in a deep model as'} """
                 "in a shallow one (Xiong et al. 2020).")
+    _print_pre_ln_layers(r, f)
     common.note(f"Layer 1 of Post-LN gets {f['post_first'][0]:.1f}-{f['post_first'][1]:.1f} (at "
                 f"least {f['first_over_last']:.1f}× its layer L): its input is the embeddings, "
                 "N(0, 0.02²), and the LayerNorm\nafter its residual sum divides by their small "
@@ -309,6 +336,36 @@ def show_layer_grad_norms(args):
     draw_layer_grad_norms(r, args.figures)
 
 
+def _print_pre_ln_layers(r, f):
+    """Pre-LN's gradient layer by layer: whether a layer's share shrinks with depth, or layer L's
+    because at each depth it is another layer."""
+    layers, deep = pre_ln_layers(r), f["deep"]
+    common.note("Pre-LN layer by layer: ‖gradient‖ of layer l (columns) in the model of L layers "
+                "(rows); the diagonal is layer L.")
+    common.table([[L, *(r["norms"]["Pre-LN", L][layer - 1] if layer <= L else None
+                        for layer in layers)] for L in r["depths"]],
+                 ["L", *(f"layer {layer}" for layer in layers)], floatfmt=".3f", missingval="")
+    kept, shrinking = list(f["pre_kept"].values()), f["pre_shrinking"]
+    below = f"(below {SHRINKS_BELOW}×)"
+    if not shrinking:
+        which = f"none shrinks with depth {below}"
+    elif len(shrinking) == 1:
+        which = f"layer {shrinking[0]} shrinks with depth {below}, the others do not"
+    else:
+        which = f"layers {', '.join(map(str, shrinking))} shrink with depth {below}"
+    common.note(f"Down each column (one layer at every depth): at L = {deep} layers "
+                f"{', '.join(map(str, f['pre_kept']))} get {min(kept):.2f}-{max(kept):.2f}× what "
+                f"the shallowest model with that layer gives them;\n{which}; layer 1 gets "
+                f"{f['pre_first'][0]:.2f}-{f['pre_first'][1]:.2f} at every L. Along each row it "
+                + ("falls" if f["pre_rows_fall"] else "does NOT always fall")
+                + f" from layer 1 to layer L (L = {deep}: {f['pre_deep_row'][0]:.2f} → "
+                f"{f['pre_deep_row'][1]:.2f}):\n"
+                + ("a Pre-LN layer's gradient is set by how far up the stack it sits, and the last "
+                   "layer of a deeper model sits further up."
+                   if f["pre_rows_fall"] and not shrinking else
+                   "the depth, not only the layer's place in the stack, sets its gradient."))
+
+
 @common.draws_figure
 def draw_layer_grad_norms(r, figures_dir):
     import matplotlib.pyplot as plt
@@ -316,10 +373,14 @@ def draw_layer_grad_norms(r, figures_dir):
     for ax, placement in zip(axes, ("Post-LN", "Pre-LN")):
         for depth in r["depths"]:
             norms = r["norms"][placement, depth]
-            ax.plot(np.arange(1, depth + 1) / depth, norms, "o-" if depth < 16 else "-", ms=3,
+            # against the layer's place in the stack: Pre-LN's curves for every L then overlap
+            ax.plot(np.arange(1, depth + 1), norms, "o-" if depth < 16 else "-", ms=3,
                     label=f"L = {depth}")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(pre_ln_layers(r), [str(layer) for layer in pre_ln_layers(r)])
+        ax.minorticks_off()
         ax.set_yscale("log")
-        ax.set_xlabel("layer / L  (1 = next to the output)")
+        ax.set_xlabel("layer l  (1: next to the embeddings)")
         ax.set_title(placement)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("‖gradient‖ of the layer's parameters")
@@ -381,8 +442,8 @@ def training_stability(plan, window: int = 50, n_layers: int = 6, n_embd: int = 
 
     Every batch is fresh data, scored before the step that trains on it, so the batch excess is held
     out: `windows` are its means over consecutive `window` steps, `climb` how far its `window`-step
-    moving mean ever rose above its best so far (0.25: 25% above). The test set is scored once,
-    after the last step.
+    moving mean ever rose above its best so far (0.25: 25% above; worst_climb's other keys say
+    from where to where). The test set is scored once, after the last step.
 
     init="xavier" (the original Transformer's) makes every branch start about as large as the
     residual stream; with "gpt2" or "default" the early failure of Post-LN did not show (README).
@@ -393,7 +454,7 @@ def training_stability(plan, window: int = 50, n_layers: int = 6, n_embd: int = 
                  steps=run["training"]["steps"], final=result.final_excess,
                  batch_excess=result.train_excess,
                  windows=window_means(result.train_excess, window),
-                 climb=worst_climb(result.train_excess, window))
+                 **worst_climb(result.train_excess, window))
             for ((placement, lr, warmup), seed, run), result in zip(planned, results)]
     return {"runs": runs, "configs": [config for config, _, _ in plan],
             "seeds": sorted({run["seed"] for run in runs}), "window": window,
@@ -408,12 +469,23 @@ def window_means(excess, window: int) -> list[float]:
     return [float(v) for v in np.asarray(excess[:n * window]).reshape(n, window).mean(axis=1)]
 
 
-def worst_climb(excess, window: int) -> float:
+def worst_climb(excess, window: int) -> dict:
     """The largest relative rise of the `window`-step moving mean of `excess` above its lowest
-    earlier value."""
+    earlier value, and the two means it is measured between, so that a reader can check it:
+    {"climb": top / low - 1, "climb_low": (low, first step, last step), "climb_top": (top, first
+    step, last step)}, steps counted from 1; the two are None, and climb 0, where the moving mean
+    never rose above its best so far."""
     moving = np.convolve(excess, np.ones(window) / window, mode="valid")
-    best_before = np.minimum.accumulate(moving)[:-1]
-    return float(max(0.0, (moving[1:] / best_before).max() - 1.0))
+    rise = moving[1:] / np.minimum.accumulate(moving)[:-1]
+    top = int(np.argmax(rise)) + 1
+    if rise[top - 1] <= 1.0:
+        return {"climb": 0.0, "climb_low": None, "climb_top": None}
+    # the first of the lowest means before the top (argmin's tie rule)
+    low = int(np.argmin(moving[:top]))
+    # moving[i] is the mean of steps i + 1 .. i + window
+    return {"climb": float(moving[top] / moving[low] - 1.0),
+            "climb_low": (float(moving[low]), low + 1, low + window),
+            "climb_top": (float(moving[top]), top + 1, top + window)}
 
 
 def runs_by_config(r) -> dict:
@@ -494,18 +566,38 @@ def _print_setup(r):
 def _print_first_seed(r):
     first, window = r["seeds"][0], r["window"]
     common.note(f"Seed {first}: the mean excess of the fresh batches of each {window} steps (each "
-                "batch is scored before the step that\ntrains on it, so it is held out), the test "
-                f"set's after the last step, and the worst climb: how far the {window}-step\nmean "
-                "ever rose above its best so far.")
+                "batch is scored before the step that\ntrains on it, so it is held out) and the "
+                "test set's after the last step.")
     n_windows = max(len(run["windows"]) for run in r["runs"])
     rows = [[run["placement"], run["lr"], run["warmup"],
-             *(run["windows"] + [None] * (n_windows - len(run["windows"]))), run["final"],
-             climb_text(run, r)]
+             *(run["windows"] + [None] * (n_windows - len(run["windows"]))), run["final"]]
             for run in r["runs"] if run["seed"] == first]
     common.table(rows, ["", "lr", "warmup (steps)",
                         *[f"{s + 1}-{s + window}" for s in range(0, n_windows * window, window)],
-                        "test", "worst climb"],
-                 floatfmt=("", "g", "d") + (".0f",) * (n_windows + 1) + ("",),
+                        "test"],
+                 floatfmt=("", "g", "d") + (".0f",) * (n_windows + 1),
+                 missingval="", kernel_dependent=True)
+    _print_climbs(r)
+
+
+def _print_climbs(r):
+    """The first seed's worst climbs with the two moving means each is measured between (the
+    blocks above are disjoint, so a climb between overlapping steps need not show in them)."""
+    first, window = r["seeds"][0], r["window"]
+    common.note(f"Seed {first}, the worst climb: how far the {window}-step moving mean of the "
+                f"batch excess (steps 1-{window}, 2-{window + 1}, ...) ever\nrose above its lowest "
+                "value so far: top / low - 1, with the steps each mean covers.")
+    rows = []
+    for run in (run for run in r["runs"] if run["seed"] == first):
+        # a run that did not train has no climb to show; one that never rose, no top
+        shown = run["climb_low"] is not None and climb_text(run, r) != "did not train"
+        (low, low_first, low_last), (top, top_first, top_last) = (
+            (run["climb_low"], run["climb_top"]) if shown else ((None,) * 3, (None,) * 3))
+        rows.append([run["placement"], run["lr"], run["warmup"], low,
+                     f"{low_first}-{low_last}" if shown else None, top,
+                     f"{top_first}-{top_last}" if shown else None, climb_text(run, r)])
+    common.table(rows, ["", "lr", "warmup (steps)", "low", "its steps", "top", "its steps",
+                        "worst climb"], floatfmt=("", "g", "d", ".1f", "", ".1f", "", ""),
                  missingval="", kernel_dependent=True)
 
 
@@ -582,6 +674,15 @@ def draw_training_curves(r, figures_dir):
             moving = np.convolve(run["batch_excess"], np.ones(10) / 10, mode="valid")
             ax.plot(np.arange(10, len(run["batch_excess"]) + 1), moving, color=colors[config],
                     lw=1.0 if first else 0.6, alpha=0.9 if first else 0.35, label=label)
+            if first and run["climb_low"] is not None and climb_text(run, r) != "did not train":
+                # the moving mean the worst climb is measured on, at the last step each mean covers
+                window = r["window"]
+                moving = np.convolve(run["batch_excess"], np.ones(window) / window, mode="valid")
+                ax.plot(np.arange(window, len(run["batch_excess"]) + 1), moving, "--",
+                        color=colors[config], lw=0.8)
+                for (value, _, last_step), marker in zip((run["climb_low"], run["climb_top"]),
+                                                         ("v", "^")):
+                    ax.plot(last_step, value, marker, color=colors[config], ms=6)
         for name, value in r["baselines"].items():
             ax.axhline(value, color="grey", lw=0.8, ls=":")
             # at the right edge of each panel, whose runs may be shorter than the longest
@@ -595,7 +696,9 @@ def draw_training_curves(r, figures_dir):
     axes[0][0].set_ylabel("held-out batch excess, mnat/token")
     fig.suptitle(f"{r['n_layers']}-layer DecoderLM on the city language: mean of 10 fresh batches"
                  + (f" (seed {r['seeds'][0]} bold, the other seeds faint)"
-                    if len(r["seeds"]) > 1 else ""))
+                    if len(r["seeds"]) > 1 else "")
+                 + f";\ndashed: seed {r['seeds'][0]}'s mean of the last {r['window']}, its worst "
+                 "climb from ▼ (low) to ▲ (top)")
     fig.tight_layout()
     common.save_figure(fig, "04_training_curves", figures_dir)
 
