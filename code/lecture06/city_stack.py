@@ -1,6 +1,6 @@
 """Many city-language runs of one architecture trained as one stacked model: city_train.train's
-arithmetic for every run at once, for about 0.6 of a lone run's CPU time per run (04's model, stacks
-of 5; bench_city.py measures it).
+arithmetic for every run at once, for about two thirds of a lone run's CPU time per run (04's model,
+stacks of 5; bench_city.py measures it; DEVELOPING.md says where the time goes).
 
 Scripts 04 and 05 count their training claims over many seeds (notes §5.4, §7.6), and each seed is
 a run of the same model with other weights and other batches. A lone run of 04's 6-layer model
