@@ -41,13 +41,13 @@ GELU_K = 2.0 * math.sqrt(2.0 / math.pi)   # 0.5·(1 + tanh(u)) = sigmoid(2u)
 
 
 def _transposed(w):
-    """(E, a, b) -> (E, b, a), a view: the backward pass's products take the weights transposed."""
+    """(E, a, b) -> (E, b, a), a view: products that take an operand transposed read it in place."""
     return w.transpose(1, 2)
 
 
 class _FeedForward(torch.autograd.Function):
     """linear_out(GELU(linear_in(x))) for every run: GELU's tanh form as h·sigmoid(k·(h + a·h³)),
-    four elementwise calls forward and four back over the (E, N, 4D) hidden layer."""
+    five elementwise calls forward and five back over the (E, N, 4D) hidden layer."""
 
     @staticmethod
     def forward(ctx, x, w_in, b_in, w_out, b_out):
