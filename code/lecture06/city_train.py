@@ -314,8 +314,8 @@ def train_stack(model: dict, training: dict, seeds: list) -> list:
     return [run_.result() for run_ in runs]
 
 
-# How many runs share a stack. On 04's model a stack of 10 costs 2% less CPU per run-step than one
-# of 5 (DEVELOPING.md), but it is one process: 10 seeds in two stacks of 5 keep two cores busy.
+# How many runs share a stack. On 04's model a stack of 10 costs what one of 5 costs per run-step,
+# within 2% (DEVELOPING.md), and it is one process: 10 seeds in two stacks of 5 keep two cores busy.
 STACK_SIZE = 5
 
 
