@@ -314,8 +314,8 @@ def train_stack(model: dict, training: dict, seeds: list) -> list:
     return [run_.result() for run_ in runs]
 
 
-# How many runs share a stack. Measured on 04's model (one core, CPU seconds per run-step):
-# 1: 27 ms, 2: 25, 5: 20, 10: 22; larger stacks spill the elementwise work out of the cache.
+# How many runs share a stack. On 04's model a stack of 10 costs what one of 5 costs per run-step,
+# within 2% (DEVELOPING.md), and it is one process: 10 seeds in two stacks of 5 keep two cores busy.
 STACK_SIZE = 5
 
 
