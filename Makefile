@@ -49,7 +49,7 @@ test: venv  ## the test suite, but for the claims counted over 10 seeds (make se
 seeds: venv  ## the training claims, each over 10 seeds (a few minutes; CI runs it after make test)
 	$(PY) -m pytest -q -p no:xdist -m seeds tests
 
-# Every unmarked line of every full run, as committed: the lines `make test`'s quick runs never print
+# Every unmarked line of every full run, as committed: lines that make test's quick runs never print
 check: venv  ## run every script in full; its unmarked lines must equal figures/NN_output.txt
 	$(PY) tests/outputs.py --full
 
