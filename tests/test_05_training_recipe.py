@@ -27,11 +27,13 @@ def test_teacher_forcing_one_pass_equals_one_pass_per_prefix():
     r = m.teacher_forcing()
     assert r["targets"] == "I like singing and dancing . <eos>".split()
     assert r["inputs"] == "<bos> I like singing and dancing .".split()
-    assert r["forwards"] == (1, 7)                                 # S7.1-b
+    # S7.1-b: counted at the model's forward as it is called, one pass against one per prefix
+    assert r["forwards"] == (1, 7)
     assert r["max_diff"] <= 1e-12                                  # S7.1-a: rounding level
     assert r["one_pass"].shape == r["per_prefix"].shape == (7, len(r["vocab"]))
     np.testing.assert_allclose(np.exp(r["one_pass"]).sum(axis=1), 1.0, rtol=1e-12)
-    assert r["positions"] == (7, 28)
+    # the positions those passes were given: 7, and 1 + 2 + ... + 7
+    assert r["positions"] == (7, sum(range(1, 8))) == (7, 28)
     assert r["ops"][1] == 7 * r["ops"][0] and r["matmuls"][1] == 7 * r["matmuls"][0]
     assert r["loss"] == pytest.approx(-r["target_log_probs"].mean(), rel=1e-12)
 
@@ -114,15 +116,24 @@ def test_label_smoothing_cost_on_the_city_language(cost):
             # the test targets are samples of p: their mean cost is close to the expected one,
             # E KL(p‖q*)
             assert c["kl"] == pytest.approx(c["cost"], rel=0.01)
-            # two thirds of the targets are certain and pay -log(1-ε+ε/V) each: the cost is near the
-            # ceiling
-            assert 0.9 * row["ceiling"] < c["cost"] < row["ceiling"]                   # S11-b
+            # S11-b: the certain targets (two thirds) pay -log(1-ε+ε/V) each (the slides' q*:
+            # -log(1-ε), the ceiling), the others what their own q*/p gives: the cost is their
+            # mixture, each part measured on its own positions
+            certain = test.p_y == 1.0
+            assert certain.mean() == pytest.approx(cost["deterministic_fraction"], rel=1e-15)
+            paid = -1000 * np.log(q_y / test.p_y)
+            each_certain = row["deterministic" if convention == "torch" else "ceiling"]
+            np.testing.assert_allclose(paid[certain], each_certain, rtol=1e-12)
+            assert c["cost"] == pytest.approx(certain.mean() * each_certain
+                                              + (1 - certain.mean()) * paid[~certain].mean(),
+                                              rel=1e-12)
             assert c["argmax_unchanged"] == n                                           # S7.3-e
             assert c["perplexity"] == pytest.approx(math.exp(c["cross_entropy"]), rel=1e-12)
         assert row["ceiling"] == pytest.approx(-1000 * math.log(1 - eps), rel=1e-12)
     at_01 = next(row for row in cost["rows"] if row["eps"] == 0.1)
     assert at_01["ceiling"] == pytest.approx(105.36, abs=5e-3)
-    assert 90 <= at_01["torch"]["cost"] <= 105.36                  # S11-b: "about 100 mnat"
+    # S11-b: "about 100 mnat": 100 to the nearest mnat/token
+    assert round(at_01["torch"]["cost"]) == 100
     costs = [row["torch"]["cost"] for row in cost["rows"]]
     assert costs == sorted(costs)                                  # a larger ε costs more
 
@@ -234,14 +245,16 @@ def test_averaging_the_last_five_checkpoints_beats_the_last_at_most_seeds(averag
 @pytest.mark.seeds
 def test_averaging_gains_about_what_decaying_the_lr_gains_at_most_seeds(averaging_over_seeds):
     """§7.6: averaging the last 5 checkpoints is "about as good as decaying the lr". Measured:
-    decaying beats the last checkpoint at 9 of 10 (asserted >= 6: 0.16% at a true 0.9), and the two
-    gains are within a factor of 2 of each other at 8 of 10 (asserted >= 5: 3.3% at a true 0.8, 0.6%
-    at 0.85)."""
+    decaying beats the last checkpoint at 9 of 10 (asserted >= 6: 0.16% at a true 0.9); the ratio
+    of the two gains, per seed 0.68 to 1.47 at 8 of 10 (median 1.07; the other two seeds: 2.23,
+    and -0.08 where decaying lost), so "about as much" is within a factor of 1.5 (ABOUT_AS_MUCH),
+    asserted at >= 6 of 10 (3.3% at a true 0.8), and the median ratio within a factor of 1.25."""
     claims = m.averaging_claims(averaging_over_seeds)
     assert common.holds(claims["decayed"]) >= 6
-    assert common.holds(claims["about as much"]) >= 5
+    assert m.ABOUT_AS_MUCH == 1.5
+    assert common.holds(claims["about as much"]) >= 6
     ratios = m.averaging_vs_decay(averaging_over_seeds)
-    assert 0.5 < float(np.median(ratios)) < 2
+    assert abs(math.log(float(np.median(ratios)))) < math.log(1.25)
 
 
 def test_checkpoint_averaging_bookkeeping():
@@ -250,7 +263,7 @@ def test_checkpoint_averaging_bookkeeping():
     training scores it."""
     import city_train
     r = m.checkpoint_averaging(seeds=(3, 4), model_size=dict(n_layers=1, n_embd=16, n_head=2),
-                               steps=20, checkpoint_every=4, ks=(2, None))
+                               steps=20, checkpoint_every=4, ks=(2, None), jitter_every=2)
     assert [row["name"] for row in r["rows"]] == ["last", "average", "average", "decayed"]
     assert [row["k"] for row in r["rows"]] == [None, 2, 5, None]
     for row in r["rows"]:
@@ -266,11 +279,54 @@ def test_checkpoint_averaging_bookkeeping():
                                         training=dict(steps=20, lr=3e-3, seed=3, eval_every=4))
     # bit for bit
     assert first["checkpoints"] == [(step, test) for step, _, test in scored_in_training.curve[1:]]
+    decayed_in_training = city_train.run(model=dict(n_layers=1, n_embd=16, n_head=2, seed=3),
+                                         training=dict(steps=20, lr=3e-3, seed=3, eval_every=4,
+                                                       schedule="linear"))
+    assert first["decayed_curve"] == [(step, test)
+                                      for step, _, test in decayed_in_training.curve[1:]]
+    # the jitter: the first seed's last 10 checkpoints, 2 steps apart, the last one training's
+    j = r["jitter"]
+    assert j["steps"] == list(range(2, 21, 2)) and j["excess"][-1] == first["last"]
+    # every 4 steps: bit for bit
+    assert j["excess"][1::2] == [e for _, e in first["checkpoints"]]
+    changes = np.diff(j["excess"])
+    assert (j["mean_change"], j["trend"], j["rises"]) == (np.abs(changes).mean(), changes.mean(),
+                                                          (changes > 0).sum())
+    assert j["averaged"] == first["averaged"][5] and j["below_lowest"] == min(j["excess"]) - j[
+        "averaged"]
+    with pytest.raises(ValueError, match="must be a multiple of jitter_every"):
+        m.averaging_runs([0], steps=20, checkpoint_every=4, jitter_every=3)
     result = city_train.run(model=dict(n_layers=1, n_embd=16, n_head=2, seed=4),
                             training=dict(steps=20, lr=3e-3, seed=4, checkpoint_every=4))
     model = city_train.build_model(n_layers=1, n_embd=16, n_head=2, seed=4)
     model.load_state_dict(city_train.average_state_dicts([sd for _, sd in result.checkpoints[-2:]]))
     assert city_train.evaluate(model) == second["averaged"][2]           # bit for bit
+
+
+def jitters(seeds) -> list:
+    """m.jitter of part 5's constant-lr run at every seed (the runner keeps the runs)."""
+    import city_train
+    runs = m.averaging_runs(seeds)[:len(seeds)]
+    return [m.jitter(trained, run["model"], m.test_excess_of(
+        [state_dict for step, state_dict in trained.checkpoints if step % 50 == 0][-5:],
+        run["model"]))
+        for trained, run in zip(city_train.train_many(runs), runs)]
+
+
+def test_averaging_cancels_the_jitter_of_a_constant_lr(averaging):
+    """§7.6's "jitter", invisible in checkpoints 50 steps apart (the curve falls at each): between
+    checkpoints 10 steps apart a constant-lr run's test excess rises as well as falls, moving by
+    more than twice its trend, and the average of the last 5 checkpoints (steps 200-400) scores
+    below every one of them. Asserted at seeds 0-2 (and over seeds 0-9, marked seeds)."""
+    measured = jitters(SEEDS)
+    assert measured[0] == averaging["jitter"]
+    for seed, j in zip(SEEDS, measured):
+        assert j["steps"] == list(range(310, 401, 10)), seed
+        assert j["rises"] >= 1 and j["mean_change"] > 2 * abs(j["trend"]), seed
+    # by 4.8 to 14.4 mnat/token here; other kernels move an excess by a few
+    assert sum(j["below_lowest"] > 0 for j in measured) >= 2
+    assert all(e > later for (_, e), (_, later) in zip(averaging["checkpoints"],
+                                                        averaging["checkpoints"][1:]))
 
 
 def test_figures_are_written(tmp_path, averaging, cost):
@@ -366,6 +422,21 @@ def test_float64_copy_computes_what_the_float32_torch_model_computes():
         m.float64_copy(broken)
 
 
+def test_weights_handed_to_a_worker_as_plain_data_are_the_same_bits():
+    import city_train
+    import json
+    original = city_train.build_model(**m.CITY_MODEL, seed=3).state_dict()
+    plain = json.loads(json.dumps(m.plain_weights(original)))     # what runner.py can key a run by
+    back = m.state_dict_of(plain)
+    assert list(back) == list(original)
+    for name, value in original.items():
+        assert back[name].dtype == value.dtype and torch_equal(back[name], value), name
+
+
+def torch_equal(a, b) -> bool:
+    return a.shape == b.shape and bool((a == b).all())
+
+
 def test_part_6s_models_are_part_5s_constant_lr_runs(averaging):
     [(seed, trained)] = m.constant_lr_models([0]).items()
     assert seed == 0 and trained.final_excess == averaging["last"]   # the same run, bit for bit
@@ -394,6 +465,24 @@ def test_greedy_text_derails_less_is_likelier_and_repeats_more_than_sampled_text
     for key in ("fewer_forbidden", "likelier", "repeats"):
         assert common.holds(claims[key]) >= 8, key
     assert all(q["language"]["allowed"] == 1.0 for q in generations_over_ten["per_seed"])
+
+
+@pytest.mark.seeds
+def test_greedy_text_still_derails_at_most_seeds(generations_over_ten):
+    """Greedy decoding draws fewer forbidden tokens than sampling, not none: measured 10 of 10 over
+    seeds 0-9 (7-22 forbidden tokens in 64 windows); asserted at >= 8 of 10 (1% at a true 0.95)."""
+    assert common.holds(generations_over_ten["claims"]["greedy_derails"]) >= 8
+
+
+@pytest.mark.seeds
+def test_averaging_cancels_the_jitter_at_most_seeds(averaging_over_seeds):
+    """test_averaging_cancels_the_jitter_of_a_constant_lr over seeds 0-9. Measured 10 of 10 each:
+    the checkpoints rose at 2-5 of 9 steps and moved by 2.2-30 times their trend; the average of the
+    last 5 scored 1.7-15.7 mnat/token below the lowest of them (other kernels move an excess by a
+    few). Asserted at >= 8 of 10 (1% at a true rate of 0.95)."""
+    measured = jitters(CLAIM_SEEDS)
+    assert sum(j["rises"] >= 1 and j["mean_change"] > 2 * abs(j["trend"]) for j in measured) >= 8
+    assert sum(j["below_lowest"] > 0 for j in measured) >= 8
 
 
 @pytest.mark.seeds
@@ -432,6 +521,7 @@ def test_the_conclusion_is_worded_by_the_count(margins, verdict):
 def test_part_6_prints_every_decoding_rule_and_a_conclusion_its_counts_word(capsys):
     m.print_generation_claims(dict(seeds=[0, 1], claims=dict(
         fewer_forbidden=[0.1, 0.1], likelier=[0.1, 0.1], repeats=[0.1, 0.1],
+        greedy_derails=[0.1, -0.1],
         beam_likelier=[0.1, 0.1], beam_repeats=[-0.1, -0.1], nucleus_derails_less=[0.1, -0.1])))
     out = capsys.readouterr().out
     assert ("beam 4 (the paper's) repeats its sentences more often than greedy text: 0 of 2 "
@@ -439,3 +529,6 @@ def test_part_6_prints_every_decoding_rule_and_a_conclusion_its_counts_word(caps
     assert "beam search finds text the model finds likelier than greedy's, yet does not repeat " \
            "itself more than greedy here" in out
     assert "nucleus sampling does not derail less than sampling at T = 1 here." in out
+    # greedy text derails at 1 of 2 seeds: the sentence says "fewer" and counts, never "avoids"
+    assert ("So: greedy decoding draws fewer of the impossible tokens than sampling at T = 1 (its "
+            "text still derails at 1 of 2 seeds)") in out

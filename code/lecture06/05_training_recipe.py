@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import common  # first: one BLAS thread before numpy loads, and lecture 5's code importable
 
+import base64
+import dataclasses
 import math
 
 import numpy as np
@@ -26,6 +28,7 @@ import torch.nn.functional as F
 
 import city_lab
 import city_train
+import runner
 import tensor
 import transformer
 from tensor import Tensor, no_grad
@@ -37,6 +40,18 @@ def sci(x: float, digits: int = 2) -> str:
         return "0"
     mantissa, exponent = f"{x:.{digits}e}".split("e")
     return f"{mantissa}e{int(exponent)}"
+
+
+def _count_forwards(model: transformer.Module) -> list:
+    """From now on, append to the returned list, at every forward pass of model, the number of
+    positions it is given (the length of its input); `del model.forward` ends the counting."""
+    calls, forward = [], model.forward
+
+    def counted(idx, *args, **kwargs):
+        calls.append(np.shape(idx)[1])
+        return forward(idx, *args, **kwargs)
+    model.forward = counted
+    return calls
 
 
 # ---- Part 1 · §7.1 teacher forcing ---------------------------------------------------------------
@@ -59,18 +74,24 @@ def teacher_forcing(n_embd: int = 16, n_head: int = 2, n_layers: int = 2, seed: 
         logits = model(x)
         return (logits - transformer.logsumexp(logits)).data[0]
 
-    with no_grad():
-        with tensor.count_ops() as ops_one:
-            one_pass = log_probs(inputs)                            # every position at once: (7, V)
-        with tensor.count_ops() as ops_each:
-            # 7 × (V,)
-            per_prefix = np.stack([log_probs(inputs[:, :t + 1])[-1] for t in range(n_pred)])
+    forwards = _count_forwards(model)    # the positions of every forward pass, as it is called
+    try:
+        with no_grad():
+            with tensor.count_ops() as ops_one:
+                one_pass = log_probs(inputs)                        # every position at once: (7, V)
+            teacher_forcing_calls = list(forwards)
+            forwards.clear()
+            with tensor.count_ops() as ops_each:
+                # 7 × (V,)
+                per_prefix = np.stack([log_probs(inputs[:, :t + 1])[-1] for t in range(n_pred)])
+    finally:
+        del model.forward                   # the class's forward again
     picked = one_pass[np.arange(n_pred), targets]
     return dict(vocab=vocab, inputs=[vocab[i] for i in inputs[0]],
                 targets=[vocab[i] for i in targets], one_pass=one_pass, per_prefix=per_prefix,
                 max_diff=float(np.abs(one_pass - per_prefix).max()), target_log_probs=picked,
-                loss=float(-picked.mean()), forwards=(1, n_pred),
-                positions=(n_pred, n_pred * (n_pred + 1) // 2),
+                loss=float(-picked.mean()), forwards=(len(teacher_forcing_calls), len(forwards)),
+                positions=(sum(teacher_forcing_calls), sum(forwards)),
                 ops=(sum(ops_one.values()), sum(ops_each.values())),
                 matmuls=(ops_one["matmul"], ops_each["matmul"]))
 
@@ -463,23 +484,29 @@ def show_adam_first_step(args):
 CITY_MODEL = dict(n_layers=1, n_embd=64, n_head=4)
 
 
+# part 5 measures the jitter of a constant-lr run between checkpoints this many steps apart
+JITTER_EVERY = 10
+
+
 def constant_lr_run(seed: int, model_size: dict = CITY_MODEL, steps: int = 400, lr: float = 3e-3,
-                    checkpoint_every: int = 50) -> dict:
-    """A city_train.run at a CONSTANT lr with a checkpoint every `checkpoint_every` steps, the test
-    set scored after the last step: part 5 averages its checkpoints, part 6 writes with its last
-    one. The seed draws both the initial weights and the batches."""
+                    jitter_every: int = JITTER_EVERY) -> dict:
+    """A city_train.run at a CONSTANT lr with a checkpoint every `jitter_every` steps, the test set
+    scored after the last step: part 5 averages some of its checkpoints and measures the jitter
+    between the last ones, part 6 writes with its last one. The seed draws both the initial
+    weights and the batches."""
     return dict(model=dict(model_size, seed=seed),
                 training=dict(steps=steps, lr=lr, seed=seed, eval_every=steps,
-                              checkpoint_every=checkpoint_every))
+                              checkpoint_every=jitter_every))
 
 
 def decaying_lr_run(seed: int, model_size: dict = CITY_MODEL, steps: int = 400, lr: float = 3e-3,
-                    scored_every: int = 50) -> dict:
-    """The same run with the lr decaying linearly to 0, the test set scored every `scored_every`
-    steps."""
+                    checkpoint_every: int = 50) -> dict:
+    """The same run with the lr decaying linearly to 0, checkpointed alike: the first seed's
+    checkpoints are scored afterwards (its curve is drawn), so that every seed's run has the same
+    settings and all of them train in one stack."""
     return dict(model=dict(model_size, seed=seed),
-                training=dict(steps=steps, lr=lr, seed=seed, eval_every=scored_every,
-                              schedule="linear"))
+                training=dict(steps=steps, lr=lr, seed=seed, eval_every=steps,
+                              schedule="linear", checkpoint_every=checkpoint_every))
 
 
 def test_excess_of(state_dicts: list, model: dict) -> float:
@@ -491,21 +518,55 @@ def test_excess_of(state_dicts: list, model: dict) -> float:
 
 
 def averaging_runs(seeds, model_size: dict = CITY_MODEL, steps: int = 400, lr: float = 3e-3,
-                   checkpoint_every: int = 50, decayed: bool = True) -> list[dict]:
+                   checkpoint_every: int = 50, decayed: bool = True,
+                   jitter_every: int = JITTER_EVERY) -> list[dict]:
     """Part 5's runs: constant_lr_run at every seed, then (decayed=True) decaying_lr_run at every
-    seed, the first seed's scored at every checkpoint (its curve is drawn), the others' after the
-    last step only."""
+    seed."""
+    if checkpoint_every % jitter_every or steps % checkpoint_every:
+        raise ValueError(f"averaging_runs: checkpoint_every ({checkpoint_every}) must be a "
+                         f"multiple of jitter_every ({jitter_every}) and divide steps ({steps}), "
+                         "so that the checkpoints averaged are among those the constant-lr run "
+                         "keeps")
     sizes = dict(model_size=model_size, steps=steps, lr=lr)
-    runs = [constant_lr_run(seed, **sizes, checkpoint_every=checkpoint_every) for seed in seeds]
+    runs = [constant_lr_run(seed, **sizes, jitter_every=jitter_every) for seed in seeds]
     if decayed:
-        runs += [decaying_lr_run(seed, **sizes, scored_every=checkpoint_every if i == 0 else steps)
-                 for i, seed in enumerate(seeds)]
+        runs += [decaying_lr_run(seed, **sizes, checkpoint_every=checkpoint_every)
+                 for seed in seeds]
     return runs
+
+
+def every(trained: city_train.TrainResult, checkpoint_every: int) -> city_train.TrainResult:
+    """The run with only its checkpoints at multiples of checkpoint_every."""
+    return dataclasses.replace(trained, checkpoints=[(step, state_dict)
+                                                     for step, state_dict in trained.checkpoints
+                                                     if step % checkpoint_every == 0])
+
+
+def jitter(constant: city_train.TrainResult, model: dict, averaged: float, last: int = 10) -> dict:
+    """The jitter that averaging cancels, on a constant-lr run checkpointed every few steps: the
+    test excess of its last `last` checkpoints, their mean |change| from one to the next against
+    their mean change over all of them (the trend), how often they rise, and by how much the
+    `averaged` model's excess stays below the lowest of them."""
+    steps = [step for step, _ in constant.checkpoints[-last:]]
+    excess = [test_excess_of([state_dict], model)
+              for _, state_dict in constant.checkpoints[-last:-1]]
+    excess.append(constant.final_excess)
+    changes = np.diff(excess)
+    return dict(steps=steps, excess=excess, mean_change=float(np.abs(changes).mean()),
+                trend=float(changes.mean()), rises=int((changes > 0).sum()), averaged=averaged,
+                below_lowest=min(excess) - averaged)
+
+
+def scored_checkpoints(trained: city_train.TrainResult, model: dict) -> list:
+    """[(step, test excess)] at every checkpoint of a run, the last one scored by training."""
+    scored = [(step, test_excess_of([state_dict], model))
+              for step, state_dict in trained.checkpoints[:-1]]
+    return scored + [(trained.checkpoints[-1][0], trained.final_excess)]
 
 
 def checkpoint_averaging(seeds=(0, 1, 2), model_size: dict = CITY_MODEL, steps: int = 400,
                          lr: float = 3e-3, checkpoint_every: int = 50, ks=(2, 3, 4, 5, None),
-                         decayed: bool = True) -> dict:
+                         decayed: bool = True, jitter_every: int = JITTER_EVERY) -> dict:
     """Train averaging_runs: for each seed a Pre-LN DecoderLM on the city language at a constant lr
     and (decayed=True) with the lr decaying. Test excess of the last checkpoint, of the average of
     the last k checkpoints (k None: all of them) and of the decayed run; each one's difference from
@@ -514,17 +575,20 @@ def checkpoint_averaging(seeds=(0, 1, 2), model_size: dict = CITY_MODEL, steps: 
 
     Only seeds[0]'s runs are scored at every checkpoint (its table and figure); the others only at
     the end, which is all the summary needs (an evaluation costs as much as 6-8 training steps).
+    Training scores only the last step, so that every seed's runs share their settings and train in
+    one stack; seeds[0]'s checkpoints are scored here, and its jitter (the constant-lr run keeps a
+    checkpoint every jitter_every steps).
     """
     seeds = list(seeds)
-    runs = averaging_runs(seeds, model_size, steps, lr, checkpoint_every, decayed)
+    runs = averaging_runs(seeds, model_size, steps, lr, checkpoint_every, decayed, jitter_every)
     results = city_train.train_many(runs)
     per_seed = []
     for i, seed in enumerate(seeds):
-        constant, model = results[i], runs[i]["model"]
+        constant, model = every(results[i], checkpoint_every), runs[i]["model"]
         state_dicts = [state_dict for _, state_dict in constant.checkpoints]
-        checkpoints = [(step, test_excess_of([state_dict], model) if i == 0 else None)
-                       for step, state_dict in constant.checkpoints[:-1]]
-        checkpoints.append((constant.checkpoints[-1][0], constant.final_excess))
+        checkpoints = (scored_checkpoints(constant, model) if i == 0 else
+                       [(step, None) for step, _ in constant.checkpoints[:-1]]
+                       + [(constant.checkpoints[-1][0], constant.final_excess)])
         averaged = {k or len(state_dicts): test_excess_of(state_dicts[-(k or len(state_dicts)):],
                                                           model)
                     for k in ks}
@@ -532,8 +596,8 @@ def checkpoint_averaging(seeds=(0, 1, 2), model_size: dict = CITY_MODEL, steps: 
         per_seed.append(dict(seed=seed, checkpoints=checkpoints, last=constant.final_excess,
                              averaged=averaged,
                              decayed=decayed_run.final_excess if decayed else None,
-                             decayed_curve=([(s, e) for s, _, e in decayed_run.curve] if decayed
-                                            else None)))
+                             decayed_curve=(scored_checkpoints(decayed_run, model)
+                                       if decayed and i == 0 else None)))
     n = len(per_seed[0]["checkpoints"])
     rows = [dict(name="last", k=None, excess=[r["last"] for r in per_seed])]
     rows += [dict(name="average", k=k, excess=[r["averaged"][k] for r in per_seed])
@@ -550,7 +614,9 @@ def checkpoint_averaging(seeds=(0, 1, 2), model_size: dict = CITY_MODEL, steps: 
                 checkpoint_every=checkpoint_every, n_checkpoints=n, runs=per_seed, rows=rows,
                 # seeds[0]'s run, under the names the table and the figure use
                 checkpoints=first["checkpoints"], last=first["last"], averaged=first["averaged"],
-                decayed=first["decayed"], decayed_curve=first["decayed_curve"])
+                decayed=first["decayed"], decayed_curve=first["decayed_curve"],
+                jitter=jitter(results[0], runs[0]["model"], first["averaged"][min(5, n)],
+                              last=min(10, len(results[0].checkpoints))))
 
 
 def averaging_vs_decay(r: dict, k: int = 5) -> list[float]:
@@ -579,14 +645,14 @@ def part5_runs(args) -> tuple:
 
 
 def show_checkpoint_averaging(args):
+    if args.part is None:
+        start_generation(args)
     r = checkpoint_averaging(seeds=part5_seeds(args))
     common.header(5, "§7.6", f"Checkpoint averaging at a constant lr of {r['lr']:g}")
     print_checkpoints(r)
     print_against_the_last(r)
     print_averaging_counts(r)
-    common.note("At a constant lr the weights keep being pulled around by the latest batches; "
-                "averaging the last few checkpoints\ncancels that jitter, at no training cost. "
-                "Averaging from early in training drags in weights that were still poor.")
+    print_jitter(r)
     draw_checkpoint_averaging(r, args.figures)
 
 
@@ -637,15 +703,20 @@ def print_against_the_last(r: dict):
     common.table(table, headers, disable_numparse=True, kernel_dependent=True)
 
 
+# "about as much": within this factor. Over seeds 0-9 the ratio of the two gains was 0.7-1.5 at 8
+# seeds (median 1.07); the other two had a gain of either near 0.
+ABOUT_AS_MUCH = 1.5
+
+
 def averaging_claims(r: dict) -> dict:
     """Part 5's claims, each as its margin at every seed (> 0 where it holds): a model beats the
     last checkpoint by (last − its excess) mnat/token; averaging the last 5 gains "about as much"
-    as decaying the lr where the ratio of the two gains is within a factor of 2 (margin log 2 −
-    |log ratio|)."""
+    as decaying the lr where the ratio of the two gains is within a factor of ABOUT_AS_MUCH (margin
+    log ABOUT_AS_MUCH − |log ratio|)."""
     rows = {row["k"] or row["name"]: row for row in r["rows"]}
     claims = {key: [-d for d in rows[key]["vs_last"]] for key in (5, "decayed", r["n_checkpoints"])}
-    claims["about as much"] = [math.log(2) - abs(math.log(ratio)) if ratio > 0 else -math.inf
-                               for ratio in averaging_vs_decay(r)]
+    claims["about as much"] = [math.log(ABOUT_AS_MUCH) - abs(math.log(ratio)) if ratio > 0
+                               else -math.inf for ratio in averaging_vs_decay(r)]
     return claims
 
 
@@ -676,7 +747,34 @@ def print_averaging_counts(r: dict):
                        "what decaying the lr gains over the last checkpoint (per seed).")
     # a ratio moves with both gains: always ⚙
     common.count_line("averaging the last 5 gains about as much as decaying the lr (within a "
-                      "factor of 2)", claims["about as much"], math.inf, notes="about as much")
+                      f"factor of {ABOUT_AS_MUCH:g})", claims["about as much"], math.inf,
+                      notes="about as much")
+
+
+def print_jitter(r: dict):
+    """The first seed's jitter: its last checkpoints jitter_every steps apart, against the average
+    of the last 5 checkpoints, then the sentence they word."""
+    j, first = r["jitter"], r["seeds"][0]
+    apart, k = j["steps"][1] - j["steps"][0], min(5, r["n_checkpoints"])
+    common.note(f"\nThe jitter, seed {first}: the test excess of its last {len(j['steps'])} "
+                f"checkpoints, {apart} steps apart:")
+    common.table([["test excess", *(f"{e:.0f}" for e in j["excess"])]],
+                 ["step", *j["steps"]], disable_numparse=True, kernel_dependent=True)
+    common.kernel_note(f"From one to the next it moves by {j['mean_change']:.1f} on average (up at "
+                       f"{j['rises']} of {len(j['steps']) - 1}), while its trend is "
+                       f"{j['trend']:+.1f} per {apart} steps; the average of the last {k} "
+                       f"checkpoints scores {j['averaged']:.0f}, {j['below_lowest']:.0f} below the "
+                       "lowest of them.")
+    cancels = (j["rises"] > 0 and j["mean_change"] > 2 * abs(j["trend"])
+               and j["below_lowest"] > 0)
+    # worded by the ⚙ numbers above
+    common.kernel_note(
+        "At a constant lr the weights keep being pulled around by the latest batches (the excess "
+        "jumps more than it trends);\naveraging the last few checkpoints cancels that jitter (it "
+        "scores below every one of them), at no training cost." if cancels else
+        "Here the checkpoints do not jump more than they trend, or their average does not score "
+        "below them: no jitter is shown cancelled.")
+    common.note("Averaging from early in training drags in weights that were still poor.")
 
 
 @common.draws_figure
@@ -688,7 +786,7 @@ def draw_checkpoint_averaging(r, figures_dir):
     ax.plot(*zip(*r["checkpoints"]), "o-", ms=4, color="tab:blue",
             label=f"constant lr {r['lr']:g}: the checkpoints")
     if r["decayed_curve"] is not None:
-        ax.plot(*zip(*r["decayed_curve"][1:]), "s--", ms=3, color="tab:green",
+        ax.plot(*zip(*r["decayed_curve"]), "s--", ms=3, color="tab:green",
                 label="lr decaying linearly to 0")
     n, steps = len(r["checkpoints"]), [s for s, _ in r["checkpoints"]]
     colors = dict(zip(r["averaged"],
@@ -756,17 +854,6 @@ def float64_copy(state_dict: dict, n_head: int = CITY_MODEL["n_head"]) -> transf
             raise ValueError(f"float64_copy: {name} is {value.shape} in torch, {p.data.shape} here")
         p.data[...] = value
     return ours.eval()
-
-
-def _count_forwards(model: transformer.Module) -> list:
-    """From now on, append to the returned list once per forward pass of model."""
-    calls, forward = [], model.forward
-
-    def counted(*args, **kwargs):
-        calls.append(1)
-        return forward(*args, **kwargs)
-    model.forward = counted
-    return calls
 
 
 def serial_generation(model: transformer.DecoderLM, lengths=(8, 16, 31), batch: int = 16,
@@ -881,14 +968,13 @@ def model_log_p_per_token(model: transformer.DecoderLM, windows: np.ndarray,
     return float(chosen[:, prompt_len - 1:].mean())
 
 
-def generation_quality(trained: city_train.TrainResult, seed: int, n_windows: int = 64,
+def generation_quality(weights: dict, steps: int, excess: float, seed: int, n_windows: int = 64,
                        prompt_len: int = 6) -> dict:
     """Continue the first sentence (<bos> NAME lives in CITY .) of n_windows test stories to SEQ_LEN
-    tokens with the float64 copy of a constant_lr_models result (trained at `seed`) by every rule
-    of DECODINGS (sampling with an rng seeded by `seed`), and score each text against the language
-    and by the model's own log p per token; the test windows' own continuations are the
-    reference."""
-    weights = trained.checkpoints[-1][1]
+    tokens with the float64 copy of the final weights of a constant_lr_models result (trained at
+    `seed` for `steps` steps to a test excess `excess`) by every rule of DECODINGS (sampling with
+    an rng seeded by `seed`), and score each text against the language and by the model's own log p
+    per token; the test windows' own continuations are the reference."""
     ours = float64_copy(weights)
     test = city_lab.test_set()
     # (N, 32) from <bos>
@@ -917,7 +1003,7 @@ def generation_quality(trained: city_train.TrainResult, seed: int, n_windows: in
     with no_grad():
         logits = ours(windows[:8])
         mine = (logits - transformer.logsumexp(logits)).data
-    return dict(seed=seed, steps=trained.checkpoints[-1][0], excess=trained.final_excess,
+    return dict(seed=seed, steps=steps, excess=excess,
                 n_windows=n_windows, prompt_len=prompt_len, n_new=n_new,
                 float32_vs_float64=float(np.abs(theirs - mine).max()),
                 language=dict(score_against_the_language(windows, prompt_len),
@@ -932,20 +1018,76 @@ def generation_quality(trained: city_train.TrainResult, seed: int, n_windows: in
 GENERATION_TIPPING = 0.005
 
 
+# ---- part 6's decoding as runs of runner.py: computed in its workers, beside part 5's scoring ----
+def plain_weights(state_dict: dict) -> dict:
+    """A float32 state dict as plain data, which runner.py keys a run by: each tensor's shape and
+    its bytes in base64 (state_dict_of gives back the same bits)."""
+    return {name: dict(shape=list(value.shape),
+                       float32=base64.b64encode(value.detach().float().numpy().tobytes())
+                       .decode("ascii"))
+            for name, value in state_dict.items()}
+
+
+def state_dict_of(weights: dict) -> dict:
+    """plain_weights' inverse: {name: float32 tensor}."""
+    return {name: torch.from_numpy(np.frombuffer(base64.b64decode(w["float32"]), dtype=np.float32)
+                                   .reshape(w["shape"]).copy())
+            for name, w in weights.items()}
+
+
+def generation_quality_of(weights: dict, **settings) -> dict:
+    """generation_quality of weights given as plain_weights: a run for runner.map."""
+    return generation_quality(state_dict_of(weights), **settings)
+
+
+def serial_generation_of(weights: dict, lengths: list, batch: int, seed: int) -> dict:
+    """serial_generation of the float64 copy of weights given as plain_weights: a run for
+    runner.map."""
+    return serial_generation(float64_copy(state_dict_of(weights)), lengths=tuple(lengths),
+                             batch=batch, seed=seed)
+
+
+def generation_quality_runs(models: dict, n_windows: int) -> list[dict]:
+    """generation_quality's arguments for every model of constant_lr_models ({seed:
+    TrainResult}), as plain data."""
+    return [dict(weights=plain_weights(trained.checkpoints[-1][1]),
+                 steps=trained.checkpoints[-1][0], excess=trained.final_excess, seed=seed,
+                 n_windows=n_windows)
+            for seed, trained in models.items()]
+
+
+def part6_runs(args) -> list[tuple]:
+    """Part 6's decoding, [(function, [its runs])]: generation_quality of the first
+    GENERATION_SEEDS of part 5's constant-lr models, then serial_generation of the model of --seed.
+    The models come from constant_lr_models, which waits for them to be trained."""
+    models = constant_lr_models(part5_seeds(args))
+    serial = dict(weights=plain_weights(models[args.seed].checkpoints[-1][1]),
+                  lengths=[8, 31] if args.quick else [8, 16, 31], batch=16, seed=args.seed)
+    return [(generation_quality_of,
+             generation_quality_runs(dict(list(models.items())[:GENERATION_SEEDS]),
+                                     n_windows=32 if args.quick else 64)),
+            (serial_generation_of, [serial])]
+
+
 def generation_over_seeds(models: dict, n_windows: int = 64) -> dict:
-    """generation_quality of every model of constant_lr_models ({seed: TrainResult}), and each of
-    part 6's claims as its margin at each seed (> 0 where it holds): greedy text has a smaller share
-    of forbidden tokens than sampled text, a higher true log p per allowed token, and repeats its
-    sentences more often than both the language's own text and sampled text; beam search (every
-    width) writes text the model finds likelier per token than greedy's; the paper's beam 4
-    repeats its sentences more often than greedy; nucleus sampling (p = 0.9) has a smaller share of
-    forbidden tokens than sampling at T = 1."""
-    seeds = list(models)
-    per_seed = [generation_quality(models[seed], seed, n_windows=n_windows) for seed in seeds]
+    """generation_quality of every model of constant_lr_models ({seed: TrainResult}), in
+    runner.py's workers, and generation_claims of them."""
+    return generation_claims(runner.map(generation_quality_of,
+                                        generation_quality_runs(models, n_windows)))
+
+
+def generation_claims(per_seed: list) -> dict:
+    """Each of part 6's claims over generation_quality's results as its margin at each seed (> 0
+    where it holds): greedy text has a smaller share of forbidden tokens than sampled text, a higher
+    true log p per allowed token, and repeats its sentences more often than both the language's own
+    text and sampled text; greedy text still holds forbidden tokens (its share of them, > 0 where
+    some window derails); beam search (every width) writes text the model finds likelier per token
+    than greedy's; the paper's beam 4 repeats its sentences more often than greedy; nucleus sampling
+    (p = 0.9) has a smaller share of forbidden tokens than sampling at T = 1."""
 
     def forbidden(r):
         return r["forbidden"] / r["scored"]
-    return {"seeds": seeds, "per_seed": per_seed,
+    return {"seeds": [q["seed"] for q in per_seed], "per_seed": per_seed,
             "claims": {"fewer_forbidden": [forbidden(q["sampled"]) - forbidden(q["greedy"])
                                            for q in per_seed],
                        "likelier": [q["greedy"]["log_p_per_token"] - q["sampled"]["log_p_per_token"]
@@ -953,6 +1095,7 @@ def generation_over_seeds(models: dict, n_windows: int = 64) -> dict:
                        "repeats": [q["greedy"]["repeated"] -
                                    max(q["language"]["repeated"], q["sampled"]["repeated"])
                                    for q in per_seed],
+                       "greedy_derails": [forbidden(q["greedy"]) for q in per_seed],
                        "beam_likelier": [min(q[beam]["model_log_p_per_token"]
                                              for beam in BEAMS)
                                          - q["greedy"]["model_log_p_per_token"]
@@ -989,14 +1132,19 @@ def _marked(window: np.ndarray, prompt_len: int) -> str:
 GENERATION_SEEDS = 3
 
 
+def start_generation(args):
+    """Start part 6's decoding in runner.py's workers as soon as part 5's constant-lr models are
+    trained, so that it runs while part 5 scores its averages. Only faster: part 6 asks runner.map
+    for the same runs, so without this call every printed line is the same, only later."""
+    for fn, runs in part6_runs(args):
+        runner.start(fn, runs)
+
+
 def show_generation(args):
-    # all of part 5's models, so that the runner finds the stacks part 5 trained
-    models = constant_lr_models(part5_seeds(args))
+    (quality_of, quality_runs), (serial_of, serial_runs) = part6_runs(args)
+    over_seeds = generation_claims(runner.map(quality_of, quality_runs))
     # the model of --seed, quick or not: part 5's 400-step constant-lr run
-    s = serial_generation(float64_copy(models[args.seed].checkpoints[-1][1]),
-                          lengths=(8, 31) if args.quick else (8, 16, 31), batch=16, seed=args.seed)
-    over_seeds = generation_over_seeds(dict(list(models.items())[:GENERATION_SEEDS]),
-                                       n_windows=32 if args.quick else 64)
+    [s] = runner.map(serial_of, serial_runs)
     common.header(6, "§7.1, exercise 11", "Training is parallel, generation is serial")
     print_forward_passes(s, steps=over_seeds["per_seed"][0]["steps"])
     print()
@@ -1117,6 +1265,8 @@ def print_generation_claims(over_seeds: dict):
     common.count_line("greedy text repeats its sentences more often than the language's text and "
                       "sampled text",
                       claims["repeats"], GENERATION_TIPPING)
+    common.count_line("greedy text still holds forbidden tokens (some of its windows derail)",
+                      claims["greedy_derails"], GENERATION_TIPPING)
     common.count_line(f"beam search ({', '.join(BEAMS)}) writes text the model finds likelier "
                       "per token than greedy text",
                       claims["beam_likelier"], GENERATION_TIPPING)
@@ -1126,8 +1276,11 @@ def print_generation_claims(over_seeds: dict):
                       "(T = 1)",
                       claims["nucleus_derails_less"], GENERATION_TIPPING)
     greedy = _worded(claims["fewer_forbidden"],
-                     "greedy decoding avoids the impossible tokens sampling at T = 1 draws",
-                     "greedy decoding does not avoid impossible tokens better than sampling here")
+                     "greedy decoding draws fewer of the impossible tokens than sampling at T = 1",
+                     "greedy decoding does not draw fewer impossible tokens than sampling here")
+    derailed, n = common.holds(claims["greedy_derails"]), len(seeds)
+    derails = (f"its text still derails at {derailed} of {n} seed{'s' * (n > 1)}" if derailed
+               else "its text never derails here")
     repeats = _worded(claims["repeats"], "pays in repetition",
                       "does not pay in more repetition here")
     beam = _worded(claims["beam_likelier"],
@@ -1140,7 +1293,7 @@ def print_generation_claims(over_seeds: dict):
                       "nucleus sampling derails less than sampling at T = 1, cutting the tail of "
                       "small probabilities",
                       "nucleus sampling does not derail less than sampling at T = 1 here")
-    conclusion = f"So: {greedy} and {repeats}; {beam}, {beam_repeats};\n{nucleus}."
+    conclusion = f"So: {greedy} ({derails}) and {repeats};\n{beam}, {beam_repeats};\n{nucleus}."
     # its wording reads the counts: as sure as the least sure of them
     if all(min(abs(x) for x in margins) > GENERATION_TIPPING for margins in claims.values()):
         common.note(conclusion)
