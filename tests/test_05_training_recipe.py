@@ -499,14 +499,24 @@ def test_beam_search_is_likelier_under_the_model_and_nucleus_derails_less_at_mos
 
 
 def test_every_decoding_rule_is_scored_and_the_model_scores_the_language_too(generations):
-    for q in generations["per_seed"]:
-        assert set(m.DECODINGS) <= set(q) and m.BEAMS == ["beam 2", "beam 4, α = 0.6", "beam 8"]
-        for key in ("language", *m.DECODINGS):
+    assert m.BEAMS == ["beam 2", "beam 4, α = 0.6", "beam 8"]
+    for i, q in enumerate(generations["per_seed"]):
+        # the first seed by every rule (its table), the others by those the claims compare
+        rules = list(m.DECODINGS) if i == 0 else m.CLAIMS_RULES
+        assert [key for key in q["texts"]] == rules
+        for key in ("language", *rules):
             assert q[key]["scored"] > 0 and 1 <= q[key]["distinct"] <= q["n_windows"], key
             assert q[key]["model_log_p_per_token"] < 0, key
-        for key in ("sampled", "T = 0.7", "top-k 10", "top-p 0.9"):
+        for key in {"sampled", "T = 0.7", "top-k 10", "top-p 0.9"} & set(rules):
             # a prompt has one greedy continuation, sampling draws another for each window
             assert q[key]["distinct"] > q["greedy"]["distinct"], key
+    # a rule decodes alike whichever others it is decoded beside
+    second = generations["per_seed"][1]
+    trained = m.constant_lr_models((0, 1, 2))[second["seed"]]      # the fixture's, kept
+    every_rule = m.generation_quality(trained.checkpoints[-1][1], trained.checkpoints[-1][0],
+                                      trained.final_excess, second["seed"])
+    for key in m.CLAIMS_RULES:
+        np.testing.assert_array_equal(every_rule["texts"][key], second["texts"][key])
 
 
 @pytest.mark.parametrize("margins, verdict", [([0.1, 0.2, 0.3], "holds"),
