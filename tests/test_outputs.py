@@ -140,9 +140,16 @@ def test_the_full_check_finds_a_changed_digit_and_skips_marked_lines():
     committed = "Part 1 · x\nmean 0.0481\n⚙ spread 3.6e-15\n⏱ 12 ms\n"
     on_other_kernels = committed.replace("3.6e-15", "4.1e-15").replace("12 ms", "15 ms")
     assert differing_lines(committed, on_other_kernels) == []
-    diff = differing_lines(committed, committed.replace("0.0481", "0.0482"))
-    assert [line for line in diff if line[:1] in "+-" and line[:3] not in ("+++", "---")] == \
+    assert differing_lines(committed, committed.replace("0.0481", "0.0482")) == \
         ["-mean 0.0481", "+mean 0.0482"]
+
+
+def test_the_full_check_lets_a_run_add_kernel_marks_but_not_change_a_marked_line_s_text():
+    committed = "count: 3 of 3 seeds, holds\n⚙ median 270\n"
+    assert differing_lines(committed, "⚙ count: 3 of 3 seeds, holds\n⚙ median 202\n") == []
+    assert differing_lines(committed, "⚙ count: 2 of 3 seeds, mostly\n⚙ median 202\n") == \
+        ["-count: 3 of 3 seeds, holds", "-⚙ median 270", "+⚙ count: 2 of 3 seeds, mostly",
+         "+⚙ median 202"]
 
 
 def test_a_full_run_names_its_figures_as_make_all_does(tmp_path):
