@@ -210,6 +210,8 @@ def _walk(n_targets: int, choose: Callable[[int, dict], str]) -> tuple[list[str]
 
 def _inverse_cdf(distribution: dict[str, float], u: float) -> str:
     """The word whose cumulative-probability interval holds u (u uniform in [0, 1))."""
+    if len(distribution) == 1:   # a determined token (most of them): its interval is [0, 1)
+        return next(iter(distribution))
     total = 0.0
     for word, p in distribution.items():
         total += p
@@ -269,7 +271,8 @@ def sample(n_windows: int, rng: np.random.Generator | int, seq_len: int = SEQ_LE
     p_y = np.empty((n_windows, seq_len))
     p_true = np.zeros((n_windows, seq_len, V)) if with_distributions else None
     for b in range(n_windows):
-        words, distributions = _walk(seq_len, lambda t, dist: _inverse_cdf(dist, uniforms[b, t]))
+        row = uniforms[b].tolist()   # Python floats, the same values: cheaper to index and compare
+        words, distributions = _walk(seq_len, lambda t, dist: _inverse_cdf(dist, row[t]))
         x[b] = [TOKEN_ID[w] for w in words]
         p_y[b] = [dist[w] for dist, w in zip(distributions, words[1:])]
         if with_distributions:
