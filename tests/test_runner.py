@@ -62,6 +62,42 @@ def test_a_run_that_raises_raises_in_the_caller(workers):
         runner.map(fails_at, [dict(x=x, bad=3) for x in range(6)], workers=workers)
 
 
+def tensors_of(x: int) -> dict:
+    import torch
+    g = torch.Generator().manual_seed(x)
+    return {"float32, transposed": torch.randn(3, 4, 5, generator=g).transpose(1, 2),
+            "float64": torch.randn(7, generator=g, dtype=torch.float64),
+            "int64": torch.randint(-9, 9, (2, 3), generator=g), "0-d": torch.tensor(x / 3),
+            "bool": torch.rand(4, generator=g) > 0.5,
+            "bfloat16 (torch's way)": torch.randn(5, generator=g).bfloat16(),
+            "requires grad (torch's way)": torch.randn(3, generator=g).requires_grad_()}
+
+
+def tensors_sent_by(x: int) -> tuple:
+    """(pid, the tensors, the bytes the worker's pickler writes for a 1,000-float tensor)."""
+    import torch
+    from multiprocessing.reduction import ForkingPickler
+    time.sleep(0.05)
+    runner._send_tensors_as_arrays()  # what the worker does after a run: here, to measure it
+    return os.getpid(), tensors_of(x), len(ForkingPickler.dumps(torch.zeros(1000)))
+
+
+def test_a_worker_sends_tensors_as_arrays_that_arrive_with_the_same_bits():
+    import torch
+    runner.forget()
+    sent = runner.map(tensors_sent_by, [dict(x=x) for x in range(8)], workers=2)
+    from_workers = [(x, tensors, size) for x, (pid, tensors, size) in enumerate(sent)
+                    if pid != os.getpid()]
+    assert from_workers
+    for x, tensors, size in from_workers:
+        assert size > 4000   # the floats themselves, not a handle to shared memory
+        for name, expected in tensors_of(x).items():
+            got = tensors[name]
+            assert isinstance(got, torch.Tensor) and got.dtype == expected.dtype, name
+            assert got.shape == expected.shape and got.requires_grad == expected.requires_grad
+            assert torch.equal(got.detach(), expected.detach()), name
+
+
 @pytest.mark.parametrize("argument, what", [(object(), "object"), (np.int64(3), "int64")])
 def test_an_argument_that_cannot_be_a_key_is_refused_by_name(argument, what):
     with pytest.raises(TypeError, match=f"squared\\(..., x=.*{what}.*Pass plain data"):
