@@ -2,6 +2,7 @@
 language's exact probabilities, its bound, its data."""
 import doctest
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -306,5 +307,10 @@ def test_bad_input_gets_a_clear_error():
     with pytest.raises(ValueError, match="log_softmax"):
         # raw logits, not log-probabilities
         city_lab.test_excess_mnats(np.zeros(test.y.shape + (city_lab.V,)))
+    with pytest.raises(ValueError, match="log_softmax"), warnings.catch_warnings():
+        warnings.simplefilter("error")   # large logits overflow exp: an error, not a warning
+        city_lab.test_excess_mnats(np.full(test.y.shape + (city_lab.V,), 1000.0))
+    with pytest.raises(ValueError, match="up to 0.002 away"):
+        city_lab.test_excess_mnats(np.log(test.p_true + 1e-10) + 2e-3)
     with pytest.raises(ValueError, match="nan"):
         city_lab.test_excess_mnats(np.full(test.y.shape + (city_lab.V,), np.nan))
