@@ -12,13 +12,14 @@ to train such runs, paired in one process, A B A B:
 and prints the CPU seconds per run and per step of each (this process's CPU time: the machine's
 other programs disturb it less than the wall clock), with the ratio stacked / lone. Also the part
 of a step that no framework can save: the FLOPs of its matrix products, at the rate this CPU's
-batched float32 GEMM reaches.
+batched float32 GEMM reaches, and the CPU time of the products as a stacked run makes them.
 
     python code/lecture06/bench_city.py [--steps 400] [--repeats 1]
 """
 import common  # first: one BLAS thread before numpy loads, and lecture 5's code importable
 
 import argparse
+import contextlib
 import platform
 import statistics
 import time
@@ -30,6 +31,7 @@ import city_train
 
 MODEL = dict(n_layers=6, n_embd=64, n_head=4, pre_ln=False, init="xavier")
 TRAINING = dict(lr=6e-3, warmup=100, batch_size=8, eval_every=None)
+GEMM_STEPS = 100   # the stacked run whose matrix products are timed one by one
 
 
 def cpu_name() -> str:
@@ -79,6 +81,36 @@ def stacked(steps: int) -> float:
     return (time.process_time() - start) / city_train.STACK_SIZE
 
 
+@contextlib.contextmanager
+def gemm_seconds(spent: list):
+    """Count the CPU seconds of every torch.bmm and torch.baddbmm (the stack's matrix products)
+    into spent[0] while inside."""
+    originals = {name: getattr(torch, name) for name in ("bmm", "baddbmm")}
+
+    def timed(product):
+        def call(*args, **kwargs):
+            start = time.process_time()
+            out = product(*args, **kwargs)
+            spent[0] += time.process_time() - start
+            return out
+        return call
+
+    for name, product in originals.items():
+        setattr(torch, name, timed(product))
+    try:
+        yield spent
+    finally:
+        for name, product in originals.items():
+            setattr(torch, name, product)
+
+
+def stacked_gemm(steps: int) -> float:
+    """CPU seconds per run-step that a stacked run spends in its matrix products."""
+    with gemm_seconds([0.0]) as spent:
+        stacked(steps)
+    return spent[0] / city_train.STACK_SIZE / steps
+
+
 def show_bench(args):
     print(__doc__.strip().splitlines()[0])
     print(f"CPU: {cpu_name()}, torch {torch.__version__} "
@@ -97,6 +129,10 @@ def show_bench(args):
     rate = gemm_rate()
     common.timing(f"a step's matrix products: {flops / 1e6:.0f} MFLOP; at this CPU's batched GEMM "
                   f"rate ({rate:.0f} GFLOP/s) they alone take {flops / rate / 1e6:.1f} ms")
+    gemm = stacked_gemm(GEMM_STEPS)
+    common.timing(f"timed inside a stacked run ({GEMM_STEPS} steps): its matrix products take "
+                  f"{1000 * gemm:.1f} ms a run-step, {gemm * args.steps / a:.2f} of a lone run's "
+                  "step by themselves")
 
 
 if __name__ == "__main__":
