@@ -98,6 +98,30 @@ def test_a_worker_sends_tensors_as_arrays_that_arrive_with_the_same_bits():
             assert torch.equal(got.detach(), expected.detach()), name
 
 
+def large_result(x: int) -> tuple:
+    time.sleep(0.05)
+    return os.getpid(), np.random.default_rng(x).random(300_000)   # 2.4 MB: a parcel
+
+
+def _parcels_left() -> list:
+    prefix = runner._parcel_prefix(os.getpid())
+    return [name for name in os.listdir(runner._parcel_folder()) if name.startswith(prefix)]
+
+
+def test_a_large_result_comes_through_a_file_that_is_removed_once_read():
+    runner.forget()
+    sent = runner.map(large_result, [dict(x=x) for x in range(6)], workers=2)
+    assert any(pid != os.getpid() for pid, _ in sent)
+    for x, (_, values) in enumerate(sent):
+        assert np.array_equal(values, np.random.default_rng(x).random(300_000))
+    assert _parcels_left() == []
+    assert not isinstance(runner._Parcel.of(np.zeros(1000)), runner._Parcel)
+    opened, never_opened = runner._Parcel.of(np.ones(300_000)), runner._Parcel.of(np.zeros(300_000))
+    assert np.array_equal(opened.opened(), np.ones(300_000)) and len(_parcels_left()) == 1
+    runner.shutdown()   # one never read is removed when the workers end
+    assert _parcels_left() == []
+
+
 @pytest.mark.parametrize("argument, what", [(object(), "object"), (np.int64(3), "int64")])
 def test_an_argument_that_cannot_be_a_key_is_refused_by_name(argument, what):
     with pytest.raises(TypeError, match=f"squared\\(..., x=.*{what}.*Pass plain data"):
