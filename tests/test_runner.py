@@ -158,6 +158,23 @@ def test_runs_started_ahead_that_no_part_asks_for_are_named_in_one_line(capsys):
     assert capsys.readouterr().err == ""   # every run started ahead was asked for
 
 
+def test_runs_started_before_a_part_start_as_it_begins_and_only_when_every_part_runs(capsys):
+    runner.forget()
+    started = []
+
+    def later_runs(args):
+        started.append(len(capsys.readouterr().out.splitlines()))   # what part 1 had printed
+        return [(squared, [dict(x=7)])]
+
+    parts = {1: lambda args: print("part 1"),
+             2: lambda args: print(runner.map(squared, [dict(x=7)]))}
+    common.main("a script", parts, [], uses_torch=False, start_before={2: later_runs})
+    assert started == [3] and capsys.readouterr().out == "[[49]]\n"   # after title, seed, part 1
+    assert capsys.readouterr().err == ""                               # and part 2 asked for it
+    common.main("a script", parts, ["--part", "2"], uses_torch=False, start_before={2: later_runs})
+    assert started == [3]   # one part alone: nothing started for it
+
+
 def _script(name: str, *args: str, **popen) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-W", "error::DeprecationWarning",
                              os.path.join(LECTURE06, name),

@@ -645,8 +645,6 @@ def part5_runs(args) -> tuple:
 
 
 def show_checkpoint_averaging(args):
-    if args.part is None:
-        start_generation(args)
     r = checkpoint_averaging(seeds=part5_seeds(args))
     common.header(5, "§7.6", f"Checkpoint averaging at a constant lr of {r['lr']:g}")
     print_checkpoints(r)
@@ -1067,7 +1065,8 @@ def generation_quality_runs(models: dict, n_windows: int) -> list[dict]:
 def part6_runs(args) -> list[tuple]:
     """Part 6's decoding, [(function, [its runs])]: generation_quality of the first
     GENERATION_SEEDS of part 5's constant-lr models, then serial_generation of the model of --seed.
-    The models come from constant_lr_models, which waits for them to be trained."""
+    The models come from constant_lr_models, which waits for them to be trained. common.main
+    starts these runs as part 5 begins (start_before), to decode while part 5 scores."""
     models = constant_lr_models(part5_seeds(args))
     serial = dict(weights=plain_weights(models[args.seed].checkpoints[-1][1]),
                   lengths=[8, 31] if args.quick else [8, 16, 31], batch=16, seed=args.seed)
@@ -1138,14 +1137,6 @@ def _marked(window: np.ndarray, prompt_len: int) -> str:
 # Part 6's claims are settled (over seeds 0-9 each held at 10 of 10, or at 1 of 10: beam 4 repeating
 # more): it counts them over the first GENERATION_SEEDS of part 5's models.
 GENERATION_SEEDS = 3
-
-
-def start_generation(args):
-    """Start part 6's decoding in runner.py's workers as soon as part 5's constant-lr models are
-    trained, so that it runs while part 5 scores its averages. Only faster: part 6 asks runner.map
-    for the same runs, so without this call every printed line is the same, only later."""
-    for fn, runs in part6_runs(args):
-        runner.start(fn, runs)
 
 
 def show_generation(args):
@@ -1315,5 +1306,6 @@ PARTS = {1: show_teacher_forcing, 2: show_label_smoothing, 3: show_lr_schedule,
          4: show_adam_first_step, 5: show_checkpoint_averaging, 6: show_generation}
 
 if __name__ == "__main__":
-    # part 5's runs may train while parts 1-4 compute
-    common.main(__doc__, PARTS, seeds=SEEDS, train_ahead={5: part5_runs})
+    # part 5's runs may train while parts 1-4 compute, and part 6's decoding while part 5 scores
+    common.main(__doc__, PARTS, seeds=SEEDS, train_ahead={5: part5_runs},
+                start_before={5: part6_runs})

@@ -272,8 +272,8 @@ def _open_pool(size: int):
                                        + [m for m in ("numpy", "torch") if m in sys.modules])
     # the workers never walk today's objects; forked ones share their pages longer
     keep_out_of_collections()
-    _pool, _pool_size = context.Pool(size, initializer=_worker_starts,
-                                                initargs=(os.getpid(),)), size
+    pool = context.Pool(size, initializer=_worker_starts, initargs=(os.getpid(),))
+    _pool, _pool_size = pool, size
 
 
 def _hand_out():
