@@ -168,10 +168,10 @@ def test_runs_started_before_a_part_start_as_it_begins_and_only_when_every_part_
 
     parts = {1: lambda args: print("part 1"),
              2: lambda args: print(runner.map(squared, [dict(x=7)]))}
-    common.main("a script", parts, [], uses_torch=False, start_before={2: later_runs})
+    common.main("a script", parts, [], uses_torch=False, alongside={2: later_runs})
     assert started == [3] and capsys.readouterr().out == "[[49]]\n"   # after title, seed, part 1
     assert capsys.readouterr().err == ""                               # and part 2 asked for it
-    common.main("a script", parts, ["--part", "2"], uses_torch=False, start_before={2: later_runs})
+    common.main("a script", parts, ["--part", "2"], uses_torch=False, alongside={2: later_runs})
     assert started == [3]   # one part alone: nothing started for it
 
 

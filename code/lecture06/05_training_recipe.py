@@ -1066,7 +1066,7 @@ def part6_runs(args) -> list[tuple]:
     """Part 6's decoding, [(function, [its runs])]: generation_quality of the first
     GENERATION_SEEDS of part 5's constant-lr models, then serial_generation of the model of --seed.
     The models come from constant_lr_models, which waits for them to be trained. common.main
-    starts these runs as part 5 begins (start_before), to decode while part 5 scores."""
+    starts these runs alongside part 5, to decode while part 5 scores."""
     models = constant_lr_models(part5_seeds(args))
     serial = dict(weights=plain_weights(models[args.seed].checkpoints[-1][1]),
                   lengths=[8, 31] if args.quick else [8, 16, 31], batch=16, seed=args.seed)
@@ -1308,4 +1308,4 @@ PARTS = {1: show_teacher_forcing, 2: show_label_smoothing, 3: show_lr_schedule,
 if __name__ == "__main__":
     # part 5's runs may train while parts 1-4 compute, and part 6's decoding while part 5 scores
     common.main(__doc__, PARTS, seeds=SEEDS, train_ahead={5: part5_runs},
-                start_before={5: part6_runs})
+                alongside={5: part6_runs})

@@ -289,7 +289,7 @@ def seeds_of(args) -> list[int]:
 
 
 def main(doc: str, parts: dict, argv=None, uses_torch: bool = True, seeds: int | None = None,
-         train_ahead: dict | None = None, start_before: dict | None = None):
+         train_ahead: dict | None = None, alongside: dict | None = None):
     """Run the selected parts. parts: {number: callable(args) -> None} that computes, prints and
     draws.
 
@@ -299,12 +299,12 @@ def main(doc: str, parts: dict, argv=None, uses_torch: bool = True, seeds: int |
     runner.map for: they start now, before part 1, and train while the parts before it compute
     (runner.py). Only faster: without it every line printed is the same; a run it names that no
     part asks for is named on stderr when the parts are done.
-    start_before: {part number: runs(args) -> [(fn, [run, ...]), ...]}, runs a later part will ask
+    alongside: {part number: runs(args) -> [(fn, [run, ...]), ...]}, runs a later part will ask
     for whose arguments need an earlier part's results (05's part 6 decodes part 5's trained
     models): when every part runs, they start as that part begins. Only faster, as train_ahead.
     """
     args = parse_args(doc, parts.keys(), argv, seeds)
-    ahead = dict(train_ahead=train_ahead or {}, start_before=start_before or {})
+    ahead = dict(train_ahead=train_ahead or {}, alongside=alongside or {})
     if argv is not None:   # called from Python (a test): errors propagate as they are
         _run_parts(doc, parts, args, uses_torch, **ahead)
         return args
@@ -326,7 +326,7 @@ def main(doc: str, parts: dict, argv=None, uses_torch: bool = True, seeds: int |
 
 
 def _run_parts(doc: str, parts: dict, args, uses_torch: bool, train_ahead: dict,
-               start_before: dict):
+               alongside: dict):
     for number, runs_of in train_ahead.items():
         if args.part in (None, number):
             runner.start(*runs_of(args))
@@ -337,8 +337,8 @@ def _run_parts(doc: str, parts: dict, args, uses_torch: bool, train_ahead: dict,
         if args.part is None or args.part == number:
             # each part starts from the same state, whether run alone or not
             seed_everything(args.seed, uses_torch)
-            if args.part is None and number in start_before:
-                for fn, runs in start_before[number](args):
+            if args.part is None and number in alongside:
+                for fn, runs in alongside[number](args):
                     runner.start(fn, runs)
             parts[number](args)
     runner.report_runs_never_asked_for()
