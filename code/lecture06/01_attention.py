@@ -448,7 +448,7 @@ def counted_flops(d: int = D_MODEL, n: int = 128, seed: int = 0) -> dict:
     return counted
 
 
-def flops_per_token(d: int, lengths) -> list[dict]:
+def flop_formulas(d: int, lengths) -> list[dict]:
     """Per-token FLOPs of the matmuls (2 per multiply-add) at each length n: an RNN step
     h_t = tanh(W [h_{t−1}; x_t]), W of size d × 2d, makes 4d²; an attention layer makes 8d² in its
     Q, K, V, O projections and 4nd in its scores QKᵀ and weights·V."""
@@ -457,9 +457,9 @@ def flops_per_token(d: int, lengths) -> list[dict]:
 
 
 def arithmetic_intensity(d: int, lengths, size: int) -> tuple[dict, list[dict]]:
-    """(the RNN step's, the attention layer's at each n) FLOPs / bytes moved, each matmul reading its
-    operands once and writing its result once (elements of `size` bytes): the RNN step reads W (2d²)
-    and [h; x] (2d), writes h (d); the attention layer over n tokens moves 4d² weights, 10nd
+    """(the RNN step's, the attention layer's at each n) FLOPs / bytes moved, each matmul reading
+    its operands once and writing its result once (elements of `size` bytes): the RNN step reads W
+    (2d²) and [h; x] (2d), writes h (d); the attention layer over n tokens moves 4d² weights, 10nd
     activations (x and q, k, v, the mixed values, the output, in and out of the four projections
     and the two attention matmuls) and 2n² scores."""
     rnn_step = {"flops": 4 * d * d, "weight_bytes": 2 * d * d * size,
@@ -514,14 +514,14 @@ def measured_gflops(d: int, timed, repeats: int, seed: int, dtype) -> list[dict]
 def rnn_vs_attention(d: int = D_MODEL, lengths=(128, 512, 1024, 2048, 4096, 8192),
                      timed=(512, 2048), repeats: int = 3, seed: int = 0, dtype=np.float32,
                      counted_at: int = 128, walked=(1, 2, 8, 32, 128)) -> dict:
-    """Per-token FLOPs (flops_per_token; counted_flops counts them from the matmuls tensor.py runs,
+    """Per-token FLOPs (flop_formulas; counted_flops counts them from the matmuls tensor.py runs,
     at n = counted_at); serial steps and path length walked in the graph (dependency_walk, at each
     n of `walked`); arithmetic intensity (in elements of `dtype`); measured GFLOP/s."""
     size = np.dtype(dtype).itemsize
     rnn_step, intensity = arithmetic_intensity(d, lengths, size)
     timings = measured_gflops(d, timed, repeats, seed, dtype)
     return {"d": d, "dtype": np.dtype(dtype).name, "itemsize": size,
-            "rows": flops_per_token(d, lengths), "rnn_step": rnn_step,
+            "rows": flop_formulas(d, lengths), "rnn_step": rnn_step,
             "counted": counted_flops(d, counted_at, seed),
             "walks": [dependency_walk(n, seed=seed) for n in walked],
             "intensity": intensity, "timings": timings}
