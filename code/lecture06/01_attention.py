@@ -205,10 +205,10 @@ def mask_text(value: float) -> str:
 
 def show_causal_mask(args):
     common.header(3, "§2.3", "The causal mask: the decoder cannot see the future")
-    r = causal_mask(seed=args.seed)
-    seq_len = len(r["ids"])
     common.note(f"Additive mask (row = query, column = key), {mask_text(transformer.MASK_VALUE)} "
                 f"where the key is in the future:")
+    r = causal_mask(seed=args.seed)
+    seq_len = len(r["ids"])
     common.table([[i, *map(mask_text, row)] for i, row in enumerate(r["mask"])],
                  ["query \\ key", *range(seq_len)], disable_numparse=True)
     half = seq_len * (seq_len - 1) // 2
