@@ -33,7 +33,7 @@ all: venv  ## run every script: figures/*.png, figures/NN_output.txt (⏱ timing
 	@mkdir -p $(TIMED)
 	@for s in $(SCRIPTS); do \
 	  n=$$(basename $$s | cut -c1-2); \
-	  echo "== $$s"; \
+	  echo "== $$s (its tables: figures/$${n}_output.txt)"; \
 	  $(PY) $$s --figures figures > $(TIMED)/$${n}_output.txt \
 	    || { echo "$$s failed; its output so far: $(TIMED)/$${n}_output.txt" >&2; exit 1; }; \
 	  sed '/^[[:space:]]*⏱/d' $(TIMED)/$${n}_output.txt > figures/$${n}_output.txt; \

@@ -22,6 +22,7 @@ f-strings), so that they reach the version check and its message.
 """
 import os
 import platform
+import re
 import shutil
 import signal
 import subprocess
@@ -89,13 +90,19 @@ def venv_python(venv):
     return os.path.join(venv, "bin", "python")
 
 
+def requirements():
+    """requirements.txt's requirements ('torch==2.13.0', ...), without comments and spaces."""
+    with open(REQUIREMENTS) as f:
+        lines = [line.split("#")[0].replace(" ", "").strip() for line in f]
+    return [line for line in lines if line]
+
+
 def torch_requirement():
     """torch's line in requirements.txt, e.g.
     'torch==2.13.0': the one place its version is pinned."""
-    for line in open(REQUIREMENTS):
-        name = line.split("#")[0].strip()
-        if name.replace(" ", "").lower().startswith("torch=="):
-            return name.replace(" ", "")
+    for requirement in requirements():
+        if requirement.lower().startswith("torch=="):
+            return requirement
     refuse("requirements.txt pins no torch version (a line `torch==X.Y.Z`)")
 
 
@@ -164,6 +171,9 @@ def write_stamp(stamp, record):
 
 
 def install(venv, stamp, record, fresh, torch):
+    names = [re.split("[=<>!~;[]", requirement)[0] for requirement in requirements()]
+    say("installing %s into %s (requirements.txt): this takes a minute or two, most of it torch"
+        % (", ".join(names), venv))
     python = venv_python(venv)
     if fresh:
         remove(venv)

@@ -50,8 +50,8 @@ def soft_lookup(query=(0.1, 0.9, 0.3, 0.0), values=(10.0, 20.0, 30.0, 40.0),
 
 
 def show_soft_lookup(args):
-    r = soft_lookup()
     common.header(1, "§2.1", "Attention as a soft lookup")
+    r = soft_lookup()
     common.note(f"keys = the 4×4 identity, values = {r['values'].tolist()}, query q = "
                 f"{r['query'].tolist()}, scores = scale · q·kᵢ")
     common.table([[row["scale"], *row["weights"], row["output"]] for row in r["rows"]],
@@ -106,8 +106,8 @@ def score_scaling(dims=(4, 16, 64, 256, 1024), n_keys: int = 32, trials: int = 2
 
 
 def show_score_scaling(args):
-    r = score_scaling(trials=200 if args.quick else 2000, seed=args.seed)
     common.header(2, "§2.2", "Why divide by √d")
+    r = score_scaling(trials=200 if args.quick else 2000, seed=args.seed)
     common.note(f"q, k with iid N(0, 1) entries; each query against {r['n_keys']} keys, "
                 f"{r['trials']} trials; a uniform softmax has max weight {1 / r['n_keys']:.3f}, "
                 f"entropy {r['uniform_entropy']:.3f} nats")
@@ -204,11 +204,11 @@ def mask_text(value: float) -> str:
 
 
 def show_causal_mask(args):
-    r = causal_mask(seed=args.seed)
-    seq_len = len(r["ids"])
     common.header(3, "§2.3", "The causal mask: the decoder cannot see the future")
     common.note(f"Additive mask (row = query, column = key), {mask_text(transformer.MASK_VALUE)} "
                 f"where the key is in the future:")
+    r = causal_mask(seed=args.seed)
+    seq_len = len(r["ids"])
     common.table([[i, *map(mask_text, row)] for i, row in enumerate(r["mask"])],
                  ["query \\ key", *range(seq_len)], disable_numparse=True)
     half = seq_len * (seq_len - 1) // 2
@@ -315,10 +315,10 @@ NOTES_WITH_POSITIONS = 0.084   # §2.4's "加上位置嵌入后两者差 0.084",
 
 
 def show_permutation(args):
+    common.header(4, "§2.4", "Without positions attention is permutation-equivariant")
     seeds = range(args.seed, args.seed + 10)     # no training: ten random inits cost milliseconds
     r = permutation_over_seeds(seeds)
     first, n, spread = r["runs"][0], len(r["seeds"]), r["spread"]
-    common.header(4, "§2.4", "Without positions attention is permutation-equivariant")
     common.note(f"Embedding (d = {r['n_embd']}) → one bidirectional Transformer layer (random "
                 f"init), {first['n_tokens']} tokens; seed {args.seed} shuffles them by "
                 f"{first['perm'].tolist()}:")
@@ -359,6 +359,9 @@ def show_permutation(args):
 
 
 # ---- Part 5 · §1.2 ------------------------------------------------------------------------------
+D_MODEL = 512   # §1.2's width
+
+
 def tanh(x: Tensor) -> Tensor:
     """tanh from tensor.py's primitives: 2σ(2x) − 1."""
     return (x * 2.0).sigmoid() * 2.0 - 1.0
@@ -420,7 +423,7 @@ def dependency_walk(n: int, d: int = 8, seed: int = 0) -> dict:
     return {"n": n, "d": d, "rnn": rnn, "attention": attention}
 
 
-def counted_flops(d: int = 512, n: int = 128, seed: int = 0) -> dict:
+def counted_flops(d: int = D_MODEL, n: int = 128, seed: int = 0) -> dict:
     """FLOPs per token of the matmuls tensor.py runs (its count: 2 per multiply-add, from each
     matmul's shapes): an RNN over n inputs (unrolled_rnn), and one attention layer over n tokens
     split into its four projections (Q, K, V, then O) and its core (q kᵀ and weights · v)."""
@@ -445,24 +448,20 @@ def counted_flops(d: int = 512, n: int = 128, seed: int = 0) -> dict:
     return counted
 
 
-def rnn_vs_attention(d: int = 512, lengths=(128, 512, 1024, 2048, 4096, 8192), timed=(512, 2048),
-                     repeats: int = 3, seed: int = 0, dtype=np.float32,
-                     counted_at: int = 128, walked=(1, 2, 8, 32, 128)) -> dict:
-    """Per-token FLOPs (matmuls only, 2 per multiply-add); serial steps and path length walked in
-    the graph (dependency_walk, at each n of `walked`); arithmetic intensity; measured GFLOP/s.
-
-    RNN step h_t = tanh(W [h_{t−1}; x_t]), W of size d × 2d: 4d² FLOPs, one mat-vec, n steps one
-    after another. Attention layer: Q, K, V, O projections 8d², scores QKᵀ and weights·V 4nd, one
-    pass (counted_flops counts both from the matmuls tensor.py runs, at n = counted_at). Arithmetic
-    intensity = FLOPs / bytes moved, each matmul reading its operands once and writing its result
-    once (elements of `dtype`): the RNN step reads W (2d²) and [h; x] (2d), writes h (d); the
-    attention layer over n tokens moves 4d² weights, 10nd activations (x and q, k, v, the mixed
-    values, the output, in and out of the four projections and the two attention matmuls) and 2n²
-    scores.
-    """
-    size = np.dtype(dtype).itemsize
-    rows = [{"n": n, "rnn": 4 * d * d, "attention": 8 * d * d + 4 * n * d,
+def flop_formulas(d: int, lengths) -> list[dict]:
+    """Per-token FLOPs of the matmuls (2 per multiply-add) at each length n: an RNN step
+    h_t = tanh(W [h_{t−1}; x_t]), W of size d × 2d, makes 4d²; an attention layer makes 8d² in its
+    Q, K, V, O projections and 4nd in its scores QKᵀ and weights·V."""
+    return [{"n": n, "rnn": 4 * d * d, "attention": 8 * d * d + 4 * n * d,
              "ratio": (8 * d * d + 4 * n * d) / (4 * d * d)} for n in lengths]
+
+
+def arithmetic_intensity(d: int, lengths, size: int) -> tuple[dict, list[dict]]:
+    """(the RNN step's, the attention layer's at each n) FLOPs / bytes moved, each matmul reading
+    its operands once and writing its result once (elements of `size` bytes): the RNN step reads W
+    (2d²) and [h; x] (2d), writes h (d); the attention layer over n tokens moves 4d² weights, 10nd
+    activations (x and q, k, v, the mixed values, the output, in and out of the four projections
+    and the two attention matmuls) and 2n² scores."""
     rnn_step = {"flops": 4 * d * d, "weight_bytes": 2 * d * d * size,
                 "bytes": (2 * d * d + 3 * d) * size}
     rnn_step["intensity"] = rnn_step["flops"] / rnn_step["bytes"]
@@ -472,6 +471,12 @@ def rnn_vs_attention(d: int = 512, lengths=(128, 512, 1024, 2048, 4096, 8192), t
         intensity.append({"n": n, "flops": flops, "bytes": moved, "attention": flops / moved,
                           "rnn": rnn_step["intensity"],
                           "ratio": flops / moved / rnn_step["intensity"]})
+    return rnn_step, intensity
+
+
+def measured_gflops(d: int, timed, repeats: int, seed: int, dtype) -> list[dict]:
+    """At each n of `timed`: the best of `repeats` wall-clock times of numpy's RNN over n inputs (n
+    dependent mat-vecs) and of its attention layer over n tokens (one pass), and their GFLOP/s."""
     rng = np.random.default_rng(seed)
     w_rnn = (rng.standard_normal((d, 2 * d)) / math.sqrt(2 * d)).astype(dtype)
     w_qkv = (rng.standard_normal((d, 3 * d)) / math.sqrt(d)).astype(dtype)
@@ -503,17 +508,40 @@ def rnn_vs_attention(d: int = 512, lengths=(128, 512, 1024, 2048, 4096, 8192), t
                 best = min(best, elapsed())
             row[name] = {"seconds": best, "gflops": flops / best / 1e9}
         timings.append(row)
-    return {"d": d, "dtype": np.dtype(dtype).name, "itemsize": size, "rows": rows,
-            "rnn_step": rnn_step, "counted": counted_flops(d, counted_at, seed),
+    return timings
+
+
+def rnn_vs_attention(d: int = D_MODEL, lengths=(128, 512, 1024, 2048, 4096, 8192),
+                     timed=(512, 2048), repeats: int = 3, seed: int = 0, dtype=np.float32,
+                     counted_at: int = 128, walked=(1, 2, 8, 32, 128)) -> dict:
+    """Per-token FLOPs (flop_formulas; counted_flops counts them from the matmuls tensor.py runs,
+    at n = counted_at); serial steps and path length walked in the graph (dependency_walk, at each
+    n of `walked`); arithmetic intensity (in elements of `dtype`); measured GFLOP/s."""
+    size = np.dtype(dtype).itemsize
+    rnn_step, intensity = arithmetic_intensity(d, lengths, size)
+    timings = measured_gflops(d, timed, repeats, seed, dtype)
+    return {"d": d, "dtype": np.dtype(dtype).name, "itemsize": size,
+            "rows": flop_formulas(d, lengths), "rnn_step": rnn_step,
+            "counted": counted_flops(d, counted_at, seed),
             "walks": [dependency_walk(n, seed=seed) for n in walked],
             "intensity": intensity, "timings": timings}
 
 
 def show_rnn_vs_attention(args):
-    r = rnn_vs_attention(timed=(256,) if args.quick else (512, 1024), repeats=3,
+    common.header(5, "§1.2", f"RNN vs attention, d = {D_MODEL}")
+    r = rnn_vs_attention(D_MODEL, timed=(256,) if args.quick else (512, 1024), repeats=3,
                          seed=args.seed)
-    d, step, rows, counted = r["d"], r["rnn_step"], r["rows"], r["counted"]
-    common.header(5, "§1.2", f"RNN vs attention, d = {d}")
+    print_flops(r["d"], r["rows"], r["counted"])
+    print_walks(r["walks"])
+    print_intensity(r)
+    for row in r["timings"]:
+        rnn, att = row["rnn"], row["attention"]
+        common.timing(f"n = {row['n']}: RNN {rnn['gflops']:.1f} GFLOP/s ({row['n']} mat-vecs, "
+                      f"{rnn['seconds'] * 1e3:.1f} ms); attention {att['gflops']:.1f} GFLOP/s "
+                      f"(one pass, {att['seconds'] * 1e3:.1f} ms)")
+
+
+def print_flops(d: int, rows: list[dict], counted: dict):
     common.table([[row["n"], row["rnn"], row["attention"], row["ratio"]] for row in rows],
                  ["n (tokens)", "RNN FLOPs/token (4d²)", "attention FLOPs/token (8d²+4nd)",
                   "FLOPs/token, attention / RNN (2 + n/d)"],
@@ -533,7 +561,9 @@ def show_rnn_vs_attention(args):
                 f"{counted['projections_over_rnn']:g}× the RNN's step (notes: 2×), and its core "
                 f"(q kᵀ, weights · v)\n{counted['core']:,.0f} "
                 f"({agrees(counted['core'], 4 * counted['n'] * d)} 4nd).")
-    walks = r["walks"]
+
+
+def print_walks(walks: list[dict]):
     path = lambda steps: "no path" if steps is None else steps
     common.note(f"\nSerial steps and path length, counted in matmuls by walking tensor.py's graph "
                 f"(d = {walks[0]['d']}; neither depends on d):\nan RNN unrolled over n inputs, and "
@@ -551,6 +581,10 @@ def show_rnn_vs_attention(args):
                 f"{'the same at every n' if flat else 'NOT the same at every n'} (the chain: q "
                 f"or k projection, q kᵀ,\nweights · v, out projection; the path from x₁ through v "
                 f"skips q kᵀ).")
+
+
+def print_intensity(r: dict):
+    d, step = r["d"], r["rnn_step"]
     common.note(f"\nArithmetic intensity ({r['dtype']}, {r['itemsize']} bytes an element): FLOPs "
                 f"per byte the matmuls read and write.\nAn RNN step is one ({d}, {2 * d}) mat-vec: "
                 f"{step['flops']:,} FLOPs (4d²) on {step['weight_bytes']:,} bytes of weights "
@@ -567,11 +601,6 @@ def show_rnn_vs_attention(args):
                 f"attention's big matmuls reuse each weight\nn times, and it runs them in one pass "
                 f"instead of n dependent mat-vecs. What that buys on your CPU ({r['dtype']}, numpy "
                 f"BLAS,\none thread each) is printed when you run it, on the ⏱ lines.")
-    for row in r["timings"]:
-        rnn, att = row["rnn"], row["attention"]
-        common.timing(f"n = {row['n']}: RNN {rnn['gflops']:.1f} GFLOP/s ({row['n']} mat-vecs, "
-                      f"{rnn['seconds'] * 1e3:.1f} ms); attention {att['gflops']:.1f} GFLOP/s "
-                      f"(one pass, {att['seconds'] * 1e3:.1f} ms)")
 
 
 PARTS = {1: show_soft_lookup, 2: show_score_scaling, 3: show_causal_mask, 4: show_permutation,

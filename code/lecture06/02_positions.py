@@ -43,8 +43,8 @@ def sinusoidal(d: int = D_MODEL, n_positions: int = 2048) -> dict:
 
 
 def show_sinusoidal(args):
-    r = sinusoidal(n_positions=1024 if args.quick else 2048)
-    common.header(1, "§4.2", f"Sinusoidal position encoding, d = {r['d']}")
+    common.header(1, "§4.2", f"Sinusoidal position encoding, d = {D_MODEL}")
+    r = sinusoidal(D_MODEL, n_positions=1024 if args.quick else 2048)
     T, d = r["n_positions"], r["d"]
     common.table([
         ["wavelength of the fastest pair, 2π/ω₀", f"{r['fastest_wavelength']:.1f} positions"],
@@ -121,8 +121,8 @@ DOT_ROUNDING = 1e-12
 
 
 def show_rotation(args):
-    r = rotation()
     common.header(2, "§4.2", "PE(t+k) is a rotation of PE(t); PE(t)·PE(t+k) depends only on k")
+    r = rotation()
     common.table([[row["k"], common.at_most(row["rotation_error"], ROTATION_ROUNDING),
                    f"{row['dot_mean']:.6f}", f"{row['sum_cos']:.6f}",
                    common.at_most(abs(row["dot_mean"] - row["sum_cos"]), DOT_ROUNDING),
@@ -177,9 +177,9 @@ def learned_limit(n_positions: int = 8, far: int = 9999, seed: int = 0) -> dict:
 
 
 def show_learned_limit(args):
+    common.header(3, "§4.3", "A learned position table fixes the maximum length")
     r = learned_limit(seed=args.seed)
     n = r["n_positions"]
-    common.header(3, "§4.3", "A learned position table fixes the maximum length")
     common.table([[f"DecoderLM(n_positions={n}, positions={name!r})", f"logits {m['fits']}",
                    "ValueError" if m["error"] else f"logits {m['longer']}"] for name, m
                   in r["models"].items()],
@@ -218,9 +218,9 @@ def embedding_scale(d: int = D_MODEL, n_positions: int = 2048, seed: int = 0) ->
 
 
 def show_embedding_scale(args):
+    common.header(4, "§4.4", "Why the embeddings are multiplied by √d")
     r = embedding_scale(seed=args.seed)
     d, T = r["d"], r["n_positions"]
-    common.header(4, "§4.4", "Why the embeddings are multiplied by √d")
     common.table([
         ["‖PE(t)‖ (min / max over t)", f"{r['pe_norm_min']:.6f} / {r['pe_norm_max']:.6f}",
          f"√(d/2) = {r['pe_norm_formula']:g}"],
@@ -331,9 +331,9 @@ def parameter_table(n_vocab: int = VOCAB) -> dict:
 
 
 def show_parameter_table(args):
-    r = parameter_table()
-    common.header(5, "§4.1", f"Parameters of the original Transformer, V = {r['n_vocab']:,} shared "
+    common.header(5, "§4.1", f"Parameters of the original Transformer, V = {VOCAB:,} shared "
                              "BPE vocabulary")
+    r = parameter_table(VOCAB)
     rows = []
     for name, row in r["rows"].items():
         c = row["config"]

@@ -54,8 +54,8 @@ def stable_loss(logits=(1000.0, 999.0, 998.0), target: int = 0) -> dict:
 
 
 def show_stable_loss(args):
-    r = stable_loss()
     common.header(1, "§9.1", "softmax_loss = logsumexp(z) − z_y, stable at any scale")
+    r = stable_loss()
     common.table([["naive log Σ exp(z)  (numpy)", f"{r['naive']}"],
                   ["transformer.logsumexp(z)", f"{r['logsumexp']:.6f}"],
                   [f"softmax_loss(z, y={r['target']})", f"{r['loss']:.6f}"]],
@@ -85,8 +85,9 @@ def dropout_demo(n: int = 100_000, p: float = 0.1) -> dict:
 
 
 def show_dropout(args):
-    r = dropout_demo(n=10_000 if args.quick else 100_000)
-    common.header(2, "§7.2", f"Dropout p = {r['p']} on {r['n']:,} ones")
+    n, p = (10_000 if args.quick else 100_000), 0.1   # the paper's rate (§7.2)
+    common.header(2, "§7.2", f"Dropout p = {p} on {n:,} ones")
+    r = dropout_demo(n, p)
     common.table([["kept fraction", f"{r['kept']:.4f}",
                    f"1 − p = {1 - r['p']:.1f} ± {r['sigma']:.4f} (1σ)"],
                   ["value of a kept entry", f"{r['kept_values'][0]:.6f}",
@@ -178,10 +179,10 @@ def heads_cost(B: int = 2, S: int = 5, D: int = 12, heads=(1, 3, 4, 12),
 
 
 def show_head_shapes(args):
-    r = head_shapes(seed=args.seed)
-    B, S, D, h = r["B"], r["S"], r["D"], r["h"]
+    B, S, D, h = 2, 5, 12, 3   # the notes' example (§3.2)
     common.header(3, "§3.2", f"Shapes in multi-head attention, B = {B}, S = {S}, D = {D}, h = {h} "
                              f"(Dh = {D // h})")
+    r = head_shapes(B, S, D, h, seed=args.seed)
     common.table([[s["code"], s["what"], s["shape"], s["strides"],
                    "yes" if s["contiguous"] else "NO", s["storage"]]
                   for s in r["rows"]],
@@ -257,9 +258,9 @@ def parity(B: int = 2, S: int = 6, D: int = 16, h: int = 4, n_vocab: int = 23, n
 
 
 def show_parity(args):
-    results = parity(seed=args.seed)
     common.header(4, "§9.2",
                   "Parity with torch_ref.py (float64, train mode, dropout p = 0.1, same masks)")
+    results = parity(seed=args.seed)
     common.table([[r["module"], f"{r['n_params']:,}", r["n_tensors"], r["dropouts"],
                    common.at_most(max(r["output_diff"], r["max_grad_diff"]), PARITY_BOUND)]
                   for r in results],
@@ -322,9 +323,9 @@ def _kinds_used(counters) -> list[str]:
 
 
 def show_op_counts(args):
-    r = op_counts(seed=args.seed)
     common.header(5, "§8.4", "Primitive operations per forward (tensor.py's counter; eval mode, so "
                              "dropout adds none)")
+    r = op_counts(seed=args.seed)
     rows = dict(r["modules"], **{f"{k}()": v for k, v in r["functions"].items()})
     kinds = _kinds_used(rows.values())
     common.table([[name] + [c[k] or "" for k in kinds] + [sum(c.values()),
@@ -472,25 +473,7 @@ def encoder_decoder_shapes(B: int = 2, S_src: int = 5, S_tgt: int = 6, D: int = 
     src_pad = np.zeros((B, S_src), dtype=bool)
     src_pad[1, -2:] = True
     logits = model.eval()(src, tgt, src_pad)
-    qkv = lambda label: ", ".join(str(t.shape) for t in log[label][0])
-    # embed runs on the source first, then the target
-    source_embedded, target_embedded = log["embed"]
-    steps = [("source ids", "(B, S_src)", src.shape),
-             ("token_embeddings · √d + PE", "source", source_embedded.shape),
-             ("q, kT, v", "encoder self-attention", qkv("encoder attention")),
-             ("weights", "(B, h, S_src, S_src), not causal", enc.attention.last_attention.shape),
-             ("ff hidden", "(B, S_src, d_ff)", log["encoder ff"][0].shape),
-             ("memory", "encoder output", log["encode"][0].shape),
-             ("target shifted right", "[bos, y_0 … y_T−2]", log["shift_right"][0][0].shape),
-             ("token_embeddings · √d + PE", "target", target_embedded.shape),
-             ("q, kT, v", "decoder self-attention", qkv("decoder attention")),
-             ("weights", "(B, h, S_tgt, S_tgt), causal", dec.attention.last_attention.shape),
-             ("q", "cross: from the decoder", log["cross-attention"][0][0].shape),
-             ("kT, v", "cross: from the memory",
-              ", ".join(str(t.shape) for t in log["cross-attention"][0][1:])),
-             ("weights", "(B, h, S_tgt, S_src)", dec.cross_attention.last_attention.shape),
-             ("ff hidden", "(B, S_tgt, d_ff)", log["decoder ff"][0].shape),
-             ("logits = y · token_embeddingsᵀ", "(B, S_tgt, V)", logits.shape)]
+    steps = _shape_steps(log, enc, dec, src, logits)
     self_w, cross_w = dec.attention.last_attention.data, dec.cross_attention.last_attention.data
     future = np.triu(np.ones((S_tgt, S_tgt), dtype=bool), k=1)
     padded = np.broadcast_to(src_pad[:, None, None, :], cross_w.shape)
@@ -501,6 +484,30 @@ def encoder_decoder_shapes(B: int = 2, S_src: int = 5, S_tgt: int = 6, D: int = 
                 cross_padded_max=float(cross_w[padded].max()),
                 cross_visible_min=float(cross_w[~padded].min()),
                 n_padded=int(src_pad.sum()))
+
+
+def _shape_steps(log: dict, enc, dec, src: np.ndarray, logits: Tensor) -> list[tuple]:
+    """(tensor, what it is, its shape) for each step of the forward, in order, the shapes as the
+    forward's own calls made them (log: encoder_decoder_shapes's record)."""
+    qkv = lambda label: ", ".join(str(t.shape) for t in log[label][0])
+    # embed runs on the source first, then the target
+    source_embedded, target_embedded = log["embed"]
+    return [("source ids", "(B, S_src)", src.shape),
+            ("token_embeddings · √d + PE", "source", source_embedded.shape),
+            ("q, kT, v", "encoder self-attention", qkv("encoder attention")),
+            ("weights", "(B, h, S_src, S_src), not causal", enc.attention.last_attention.shape),
+            ("ff hidden", "(B, S_src, d_ff)", log["encoder ff"][0].shape),
+            ("memory", "encoder output", log["encode"][0].shape),
+            ("target shifted right", "[bos, y_0 … y_T−2]", log["shift_right"][0][0].shape),
+            ("token_embeddings · √d + PE", "target", target_embedded.shape),
+            ("q, kT, v", "decoder self-attention", qkv("decoder attention")),
+            ("weights", "(B, h, S_tgt, S_tgt), causal", dec.attention.last_attention.shape),
+            ("q", "cross: from the decoder", log["cross-attention"][0][0].shape),
+            ("kT, v", "cross: from the memory",
+             ", ".join(str(t.shape) for t in log["cross-attention"][0][1:])),
+            ("weights", "(B, h, S_tgt, S_src)", dec.cross_attention.last_attention.shape),
+            ("ff hidden", "(B, S_tgt, d_ff)", log["decoder ff"][0].shape),
+            ("logits = y · token_embeddingsᵀ", "(B, S_tgt, V)", logits.shape)]
 
 
 def torch_nn_parity(B: int = 3, S_src: int = 5, S_tgt: int = 7, D: int = 16, h: int = 4,
@@ -853,6 +860,13 @@ def show_fusion(args):
                   "what fusion buys, in launches, bytes and memory "
                   "(one Pre-LN layer, B = 1, forward + backward)")
     rows = fusion_counts_from_shapes(big["d"], big["h"], big["S"], seed=args.seed)
+    print_fusion_counts(rows, big)
+    print_fusion_times(fusion_times(small["d"], small["h"], small["S"], seed=args.seed), small)
+    draw_fusion(rows, big, args.figures)
+
+
+def print_fusion_counts(rows: list[dict], big: dict):
+    """The counts of each path at GPT-2 small's layer, and what fusing and flash change."""
     by_path = {r["path"]: r for r in rows}
     common.note(f"At the notes' shapes, GPT-2 small's layer (d = {big['d']}, h = {big['h']}, "
                 f"S = {big['S']}), counted from runs at S = 2, 4, 6 (every count\nis quadratic "
@@ -889,7 +903,10 @@ def show_fusion(args):
                 f"weights. Saved for backward: {composed['saved'] / mib:,.0f} MiB composed, "
                 f"{fused_row['saved'] / mib:,.0f} fused (no intermediates of softmax and GELU),\n"
                 f"{flash['saved'] / mib:,.0f} with the flash core (no h × S × S).")
-    times = fusion_times(small["d"], small["h"], small["S"], seed=args.seed)
+
+
+def print_fusion_times(times: dict, small: dict):
+    """⏱ each path's time at the small layer, and why a CPU shows less than the counts."""
     for path in FUSION_PATHS:
         common.timing(f"d = {small['d']}, h = {small['h']}, S = {small['S']}, forward + backward "
                       f"on this CPU, {path:13}: {1e3 * times[path]:6.1f} ms "
@@ -899,7 +916,6 @@ def show_fusion(args):
                 "fused path saves Python calls rather than memory traffic; on a GPU each\nlaunch "
                 "costs microseconds and each pass a round trip through global memory, which the "
                 "counts above measure)")
-    draw_fusion(rows, big, args.figures)
 
 
 @common.draws_figure

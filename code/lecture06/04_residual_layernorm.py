@@ -80,8 +80,8 @@ def gradient_gain(depths=(1, 2, 4, 8, 16, 32, 64), width: int = 256, batch: int 
 
 
 def show_gradient_gain(args):
-    r = gradient_gain(seeds=(args.seed,) if args.quick else tuple(args.seed + i for i in range(3)))
     common.header(1, "§5.2", "Residuals: letting the gradient take the straight road")
+    r = gradient_gain(seeds=(args.seed,) if args.quick else tuple(args.seed + i for i in range(3)))
     common.note(f"L × (Linear {r['width']}→{r['width']} + ReLU), PyTorch's default init "
                 f"U(±1/√{r['width']}), input N(0, 1) of batch {r['batch']}; gain = ‖∂/∂input‖ / "
                 f"‖∂/∂output‖; mean over seed(s) {r['seeds']}")
@@ -169,8 +169,8 @@ def batch_companions(seq_len: int = 4, d: int = 8, batch: int = 2, trials: int =
 
 
 def show_batch_companions(args):
-    r = batch_companions(seed=args.seed)
     common.header(2, "§5.3", "LayerNorm normalises each token on its own")
+    r = batch_companions(seed=args.seed)
     common.note(f"one sequence ({r['seq_len']} tokens × {r['d']} features) batched with "
                 f"{r['batch'] - 1} other random sequence(s), fresh companions in each trial;\nmax "
                 "|change| of its output against its output in trial 0's batch")
@@ -286,12 +286,12 @@ def part3_findings(r: dict, unit: dict) -> dict:
 
 
 def show_layer_grad_norms(args):
+    common.header(3, "§5.4", "Post-LN vs Pre-LN: gradient norms at initialisation")
     depths, seeds = ((2, 4, 8, 16) if args.quick else (2, 4, 8, 16, 32),
                      tuple(args.seed + i for i in range(3)))
     r = layer_grad_norms(depths=depths, seeds=seeds)
     unit = layer_grad_norms(depths=depths, seeds=seeds, embedding_std=1.0, placements=("Post-LN",))
     f = part3_findings(r, unit)
-    common.header(3, "§5.4", "Post-LN vs Pre-LN: gradient norms at initialisation")
     common.note(f"DecoderLM of L layers, d = {r['n_embd']}, h = {r['n_head']}, {r['init']} init as "
                 f"in part 4 (embeddings N(0, 0.02²)), one city-language batch of {r['batch']} × "
                 f"{r['seq_len']} tokens;\n‖gradient‖ of one layer's parameters, mean over seeds "
@@ -538,8 +538,8 @@ def part4_runs(args) -> tuple:
 
 
 def show_training_stability(args):
-    r = training_stability(part4_plan(args), window=25 if args.quick else 50)
     common.header(4, "§5.4", "Post-LN vs Pre-LN: training with and without warmup")
+    r = training_stability(part4_plan(args), window=25 if args.quick else 50)
     _print_setup(r)
     _print_first_seed(r)
     _print_over_seeds(r)

@@ -126,9 +126,9 @@ def parameters(sizes=SIZES) -> dict:
 
 
 def show_parameters(args):
-    r = parameters()
     common.header(1, "§8.1",
                   "Parameters: the formula against the modules' own count (torch_ref on meta)")
+    r = parameters()
     small = r["models"]["GPT-2 small"]
     cfg = small["cfg"]
     common.note(f"GPT-2 small: d = {cfg['n_embd']}, L = {cfg['n_layers']}, V = {cfg['n_vocab']}, "
@@ -230,10 +230,10 @@ def flops_per_token(cfg=GPT2_SMALL, seq_len: int = 1024) -> dict:
 
 
 def show_flops(args):
-    r = flops_per_token()
-    n = r["seq_len"]
+    n = GPT2_SMALL["n_positions"]   # its whole context
     common.header(2, "§8.2",
                   f"FLOPs per token, GPT-2 small at n = {n}: formula against FlopCounterMode")
+    r = flops_per_token(GPT2_SMALL, seq_len=n)
     expressions = ["6·S·d²·L", "2·S·d²·L", "4·S²·d·L", "16·S·d²·L", "2·S·d·V"]
     common.table([[term, expr, f"{r['formula'][term]:,}", f"{r['counted'][term]:,}",
                    "yes" if r["formula"][term] == r["counted"][term] else "NO",
@@ -415,11 +415,11 @@ def activation_examples(a: float = 16, b: float = 1) -> list[dict]:
 
 def show_activation_memory(args, p_dropout: float = 0.1):
     seq_lens = (16, 32, 64, 128, 256) if args.quick else (16, 32, 64, 128, 256, 512)
-    r, rd = activation_memory(seq_lens), activation_memory(seq_lens, p_dropout=p_dropout)
-    d, h = r["d"], r["h"]
+    d, h = 64, 4   # a layer small enough to measure in milliseconds
     common.header(4, "§8.3",
                   f"Activations one Pre-LN layer saves for backward (d = {d}, h = {h}, float32, "
                              f"no dropout; beside it, dropout {p_dropout:g})")
+    r, rd = activation_memory(seq_lens, d, h), activation_memory(seq_lens, d, h, p_dropout)
     common.table([[x["S"], f"{x['bytes']:,}", f"{x['floats']:,}", f"{x['exact']:,}",
                    "yes" if x["floats"] == x["exact"] else "NO", x["storages"], f"{y['floats']:,}",
                    f"{y['exact']:,}",
@@ -542,16 +542,7 @@ def attention_time_share(seq_lens=(128, 512, 2048), n_embd: int = 256, n_head: i
         layer(torch.randn(1, min(seq_lens), n_embd))  # warm-up
         for S, x, mask_seed in zip(seq_lens, inputs, mask_seeds):
             torch.manual_seed(mask_seed)
-            t_layer, t_core, checksum = [], [], None
-            while len(t_layer) < repeats and (not t_layer or sum(t_layer) < budget):
-                in_core.clear()
-                with common.stopwatch() as elapsed:
-                    out = layer(x)
-                t_layer.append(elapsed())
-                t_core.append(sum(in_core))
-                if checksum is None:
-                    checksum = float(out.detach().double().sum())
-                del out  # frees the graph (and the activations it holds) before the next forward
+            t_layer, t_core, checksum = _timed_forwards(layer, x, in_core, repeats, budget)
             shares = [c / t for c, t in zip(t_core, t_layer)]
             rows.append(dict(S=S, t_layer=statistics.median(t_layer),
                              t_core=statistics.median(t_core),
@@ -560,6 +551,23 @@ def attention_time_share(seq_lens=(128, 512, 2048), n_embd: int = 256, n_head: i
                              flop_share=_attention_share(flop_formula(n_embd=n_embd, seq_len=S)),
                              training=layer.training, p_dropout=p_dropout, checksum=checksum))
     return rows
+
+
+def _timed_forwards(layer, x: torch.Tensor, in_core: list, repeats: int, budget: float) -> tuple:
+    """(the layer's seconds, the core's seconds) of each of up to `repeats` forwards of layer(x),
+    at least one, fewer once `budget` seconds are spent, and the first output's sum (in_core: the
+    seconds each call of the timed core adds during one forward)."""
+    t_layer, t_core, checksum = [], [], None
+    while len(t_layer) < repeats and (not t_layer or sum(t_layer) < budget):
+        in_core.clear()
+        with common.stopwatch() as elapsed:
+            out = layer(x)
+        t_layer.append(elapsed())
+        t_core.append(sum(in_core))
+        if checksum is None:
+            checksum = float(out.detach().double().sum())
+        del out  # frees the graph (and the activations it holds) before the next forward
+    return t_layer, t_core, checksum
 
 
 def show_attention_time(args):
@@ -649,11 +657,12 @@ def flash_memory(seq_lens=(16, 32, 64, 128, 256, 512), n_embd: int = 64, n_head:
 
 def show_flash_memory(args):
     seq_lens = (16, 32, 64, 128, 256) if args.quick else (16, 32, 64, 128, 256, 512)
-    r = flash_memory(seq_lens)
-    d, h, rows = r["d"], r["h"], r["rows"]
+    d, h = 64, 4   # part 4's layer
     common.header(6, "§8.3 continued, beyond the notes:",
                   f"the flash core and the activations a layer saves (d = {d}, h = {h}, "
                   f"p_dropout 0)")
+    r = flash_memory(seq_lens, d, h)
+    rows = r["rows"]
 
     def formulas(S):  # the exact counts, in elements: fused, flash, torch's layer with SDPA
         return (16 * S * d + h * S * S + 4 * S, 16 * S * d + 2 * h * S + 4 * S,
@@ -780,13 +789,31 @@ def korthikanti_bytes(s: int, b: int, h: int, a: int) -> int:
 def saved_by_term(seq_len: int, n_embd: int = 64, n_head: int = 4, p_dropout: float = 0.1,
                   dtype=torch.float32) -> dict:
     """Part 4's measurement (saved_tensors_hooks, each storage once, parameters left out) of one
-    Pre-LN torch_ref layer in training mode, each storage named by the formula's term it serves:
-    forward hooks on the submodules name their inputs and outputs, and a dropout's mask and a
-    LayerNorm's statistics are read from the autograd node that keeps them. Returns
-    {term: [elements, bytes]} and the shapes of the storages no term names."""
+    Pre-LN torch_ref layer in training mode, each storage named by the formula's term it serves
+    (_naming_hooks). Returns {term: [elements, bytes]} and the shapes of the storages no term
+    names."""
     layer = torch_ref.TransformerLayer(n_embd, n_head, p_dropout=p_dropout).to(dtype).train()
     names = {}
+    handles = [module.register_forward_hook(hook) for module, hook in _naming_hooks(layer, names)]
+    x = torch.randn(1, seq_len, n_embd, dtype=dtype, requires_grad=True)
+    saved = saved_storages(layer, x)
+    for handle in handles:
+        handle.remove()
+    by_term, unnamed = {}, []
+    for address, t in saved.items():
+        if address not in names:
+            unnamed.append(tuple(t.shape))
+            continue
+        entry = by_term.setdefault(names[address], [0, 0])
+        entry[0] += t.untyped_storage().nbytes() // t.element_size()
+        entry[1] += t.untyped_storage().nbytes()
+    return dict(by_term=by_term, unnamed=unnamed)
 
+
+def _naming_hooks(layer, names: dict) -> list[tuple]:
+    """[(submodule, forward hook)]: hooks that fill names {storage address: the formula's term}
+    from the submodules' inputs and outputs, and from the autograd node that keeps a dropout's mask
+    or a LayerNorm's statistics. A storage keeps the first name it gets."""
     def name(term: str, t: torch.Tensor):
         names.setdefault(t.untyped_storage().data_ptr(), term)
 
@@ -813,19 +840,23 @@ def saved_by_term(seq_len: int, n_embd: int = 64, n_head: int = 4, p_dropout: fl
         return lambda module, inputs, output: name(term, inputs[0])
 
     mha, ff = layer.attention, layer.ff
-    hooks = [(layer.ln_1, layer_norm("QKV input (ln_1's output)")),
-             (layer.ln_2, layer_norm("first linear input (ln_2's output)")),
-             (mha.q_projection, output_is("Q and K (for QKᵀ)")),
-             (mha.k_projection, output_is("Q and K (for QKᵀ)")),
-             (mha.v_projection, output_is("V (for AV)")),
-             (mha.dropout, dropout("softmax dropout mask", "softmax output",
-                                   "dropped weights (for AV)")),
-             (mha.out_projection, input_is("output projection input")),
-             (mha.out_dropout, dropout("attention dropout mask")),
-             (ff.linear_in, output_is("GELU input")),
-             (ff.linear_out, input_is("GELU output (second linear input)")),
-             (ff.dropout, dropout("MLP dropout mask"))]
-    handles = [module.register_forward_hook(hook) for module, hook in hooks]
+    return [(layer.ln_1, layer_norm("QKV input (ln_1's output)")),
+            (layer.ln_2, layer_norm("first linear input (ln_2's output)")),
+            (mha.q_projection, output_is("Q and K (for QKᵀ)")),
+            (mha.k_projection, output_is("Q and K (for QKᵀ)")),
+            (mha.v_projection, output_is("V (for AV)")),
+            (mha.dropout, dropout("softmax dropout mask", "softmax output",
+                                  "dropped weights (for AV)")),
+            (mha.out_projection, input_is("output projection input")),
+            (mha.out_dropout, dropout("attention dropout mask")),
+            (ff.linear_in, output_is("GELU input")),
+            (ff.linear_out, input_is("GELU output (second linear input)")),
+            (ff.dropout, dropout("MLP dropout mask"))]
+
+
+def saved_storages(layer, x: torch.Tensor) -> dict:
+    """{storage address: a tensor on it}: what autograd keeps for the backward of layer(x), each
+    storage once, the layer's parameters left out."""
     params = {p.untyped_storage().data_ptr() for p in layer.parameters()}
     saved = {}
 
@@ -834,20 +865,9 @@ def saved_by_term(seq_len: int, n_embd: int = 64, n_head: int = 4, p_dropout: fl
             saved[t.untyped_storage().data_ptr()] = t   # holding t keeps its address unused
         return t
 
-    x = torch.randn(1, seq_len, n_embd, dtype=dtype, requires_grad=True)
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         layer(x)
-    for handle in handles:
-        handle.remove()
-    by_term, unnamed = {}, []
-    for address, t in saved.items():
-        if address not in names:
-            unnamed.append(tuple(t.shape))
-            continue
-        entry = by_term.setdefault(names[address], [0, 0])
-        entry[0] += t.untyped_storage().nbytes() // t.element_size()
-        entry[1] += t.untyped_storage().nbytes()
-    return dict(by_term=by_term, unnamed=unnamed)
+    return saved
 
 
 def korthikanti_comparison(seq_len: int = 128, n_embd: int = 64, n_head: int = 4,
@@ -869,10 +889,10 @@ def korthikanti_comparison(seq_len: int = 128, n_embd: int = 64, n_head: int = 4
 
 
 def show_korthikanti(args):
-    r = korthikanti_comparison()
-    S, b, d, h = r["S"], r["b"], r["d"], r["h"]
     common.header(7, "§8.3, §13", "Korthikanti et al. (2022): activation memory per layer, term "
                                   "by term, beside part 4's measurement")
+    r = korthikanti_comparison()
+    S, b, d, h = r["S"], r["b"], r["d"], r["h"]
     common.note(f"Their s·b·h·(34 + 5·a·s/h) bytes (16-bit activations, 1-byte dropout masks; "
                 f"their h is our d, their a our h) at part 4's layer:\ns = {S}, b = {b}, h = d "
                 f"= {d}, a = {h} heads, dropout {r['p_dropout']:g}, training mode. Measured: the "
