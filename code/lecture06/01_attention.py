@@ -207,7 +207,7 @@ def show_causal_mask(args):
     r = causal_mask(seed=args.seed)
     seq_len = len(r["ids"])
     common.header(3, "§2.3", "The causal mask: the decoder cannot see the future")
-    common.note(f"Additive mask (row = query, column = key), {mask_text(transformer.MASK_VALUE)} "
+    common.note(f"Additive mask (row = query, column = key), {mask_text(tensor.MASK_VALUE)} "
                 f"where the key is in the future:")
     common.table([[i, *map(mask_text, row)] for i, row in enumerate(r["mask"])],
                  ["query \\ key", *range(seq_len)], disable_numparse=True)
