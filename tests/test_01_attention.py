@@ -116,7 +116,7 @@ def test_causal_mask_and_weights():
     r = m.causal_mask()
     mask, above = r["mask"], np.triu(np.ones((5, 5), dtype=bool), k=1)
     assert mask.shape == (5, 5) and r["masked"] == 10
-    assert (mask[above] == m.transformer.MASK_VALUE).all() and (mask[~above] == 0).all()
+    assert (mask[above] == m.tensor.MASK_VALUE).all() and (mask[~above] == 0).all()
     assert r["visible_per_row"].tolist() == [1, 2, 3, 4, 5]
     assert (r["weights"][..., above] == 0.0).all() and r["max_weight_above_diagonal"] == 0.0
     assert np.allclose(r["weights"].sum(axis=-1), 1.0)

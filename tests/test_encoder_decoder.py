@@ -1,4 +1,4 @@
-"""The paper's encoder-decoder (transformer.EncoderDecoder, notes §1.1, §3.3, §6.1-§6.2, §7.1)
+"""The paper's encoder-decoder (encoder_decoder.py, notes §1.1, §3.3, §6.1-§6.2, §7.1)
 against PyTorch's own torch.nn.Transformer and against its torch_ref twin: outputs and every
 parameter's gradient agree to <= 1e-12 in float64, Post-LN and Pre-LN, ReLU and tanh GELU, padded
 sources and targets, S_src != S_tgt, S = 1 and h = 1.
@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import torch
 
+import encoder_decoder
 import torch_ref
 import transformer
 from twins import max_diff, randomize_layernorms
@@ -63,7 +64,7 @@ def batch(n_vocab, b, s_src, s_tgt, seed=0):
 def three_models(pre_ln, activation, n_vocab, d, h, n_layers, n_positions=16, p_dropout=0.0):
     kwargs = dict(n_vocab=n_vocab, n_embd=d, n_head=h, n_layers=n_layers, n_positions=n_positions,
                   pre_ln=pre_ln, activation=activation)
-    ours = randomize_layernorms(transformer.EncoderDecoder(**kwargs, p_dropout=p_dropout))
+    ours = randomize_layernorms(encoder_decoder.EncoderDecoder(**kwargs, p_dropout=p_dropout))
     twin = torch_ref.copy_from(torch_ref.EncoderDecoder(**kwargs, p_dropout=p_dropout), ours)
     official = torch_ref.copy_to_torch_nn(torch_ref.TorchNNEncoderDecoder(**kwargs), ours)
     return ours, twin, official
@@ -124,7 +125,7 @@ def test_outputs_and_every_gradient_match_torch_nn_transformer_and_the_twin(pre_
 
 
 def test_paper_configuration_is_post_ln_relu_without_final_layernorms():
-    model = transformer.EncoderDecoder(11, 8, 2, n_layers=2)
+    model = encoder_decoder.EncoderDecoder(11, 8, 2, n_layers=2)
     names = [n for n, _ in model.named_parameters()]
     assert not any(n.startswith(("encoder_ln", "decoder_ln")) for n in names)
     assert all(not layer.pre_ln and layer.ff.activation == "relu"
@@ -135,7 +136,7 @@ def test_paper_configuration_is_post_ln_relu_without_final_layernorms():
     # what we did not use, and why
     default_nn = torch.nn.Transformer(8, 2, 2, 2, 32, batch_first=True)
     assert default_nn.encoder.norm is not None and default_nn.decoder.norm is not None
-    pre = transformer.EncoderDecoder(11, 8, 2, n_layers=2, pre_ln=True)
+    pre = encoder_decoder.EncoderDecoder(11, 8, 2, n_layers=2, pre_ln=True)
     assert [n for n, _ in pre.named_parameters()][-2:] == ["decoder_ln.weights", "decoder_ln.bias"]
     official_pre = torch_ref.TorchNNEncoderDecoder(11, 8, 2, n_layers=2, pre_ln=True)
     assert isinstance(official_pre.transformer.encoder.norm, torch.nn.LayerNorm)
@@ -145,7 +146,7 @@ def test_paper_configuration_is_post_ln_relu_without_final_layernorms():
 def test_twin_matches_in_training_mode_with_the_same_dropout_masks():
     kwargs = dict(n_vocab=11, n_embd=16, n_head=4, n_layers=2, n_positions=16, p_dropout=0.2,
                   pre_ln=False)
-    ours = randomize_layernorms(transformer.EncoderDecoder(**kwargs)).train()
+    ours = randomize_layernorms(encoder_decoder.EncoderDecoder(**kwargs)).train()
     twin = torch_ref.copy_from(torch_ref.EncoderDecoder(**kwargs), ours)
     assert twin.training
     src, tgt, src_pad, tgt_pad = batch(11, 3, 5, 6)
@@ -191,8 +192,8 @@ def test_teacher_forcing_one_pass_equals_one_pass_per_prefix(pre_ln):
     """logits[:, t] of one forward over the whole target = the last position of a forward over the
     first t + 1 target tokens (notes §7.1): the causal mask makes each position see only its
     prefix."""
-    model = transformer.EncoderDecoder(13, 16, 4, n_layers=2, n_positions=16, p_dropout=0.0,
-                                       pre_ln=pre_ln)
+    model = encoder_decoder.EncoderDecoder(13, 16, 4, n_layers=2, n_positions=16, p_dropout=0.0,
+                                           pre_ln=pre_ln)
     src, tgt, src_pad, _ = batch(13, 2, 5, 6)
     full = model(src, tgt, src_pad).data
     for t in range(tgt.shape[1]):
@@ -202,7 +203,7 @@ def test_teacher_forcing_one_pass_equals_one_pass_per_prefix(pre_ln):
 
 @pytest.mark.parametrize("j", [0, 2, 5])
 def test_changing_a_target_token_leaves_every_earlier_prediction_bit_identical(j):
-    model = transformer.EncoderDecoder(13, 16, 4, n_layers=2, n_positions=16, p_dropout=0.0)
+    model = encoder_decoder.EncoderDecoder(13, 16, 4, n_layers=2, n_positions=16, p_dropout=0.0)
     src, tgt, src_pad, tgt_pad = batch(13, 2, 5, 6)
     changed = tgt.copy()
     changed[:, j] = (changed[:, j] + 1) % 13
@@ -213,8 +214,8 @@ def test_changing_a_target_token_leaves_every_earlier_prediction_bit_identical(j
 
 
 def test_changing_a_padded_source_token_changes_nothing():
-    model = transformer.EncoderDecoder(13, 16, 4, n_layers=2, n_positions=16, p_dropout=0.0,
-                                       pre_ln=True)
+    model = encoder_decoder.EncoderDecoder(13, 16, 4, n_layers=2, n_positions=16, p_dropout=0.0,
+                                           pre_ln=True)
     src, tgt, src_pad, tgt_pad = batch(13, 3, 5, 4)
     changed = np.where(src_pad, (src + 3) % 13, src)
     assert (changed != src).any()
@@ -239,21 +240,21 @@ def test_gradient_decoder_layer(pre_ln):
     decoder layer's three sub-layers and its cross-attention to memory are new wiring."""
     pad = np.array([[False, False, True], [False, False, False]])
     # a narrow FFN keeps the check quick
-    dec = randomize_layernorms(transformer.DecoderLayer(4, 2, p_dropout=0.0, pre_ln=pre_ln,
-                                                        middle_dim=6, activation="gelu"))
+    dec = randomize_layernorms(encoder_decoder.DecoderLayer(4, 2, p_dropout=0.0, pre_ln=pre_ln,
+                                                            middle_dim=6, activation="gelu"))
     y, memory = leaf((2, 2, 4), seed=1), leaf((2, 3, 4), "permuted", seed=2)
     check_gradients(lambda: dec(y, memory, src_pad_mask=pad), dec.parameters() + [y, memory])
-    assert (isinstance(transformer.EncoderLayer(4, 2), transformer.TransformerLayer)
-            and not transformer.EncoderLayer(4, 2).attention.causal)
+    assert (isinstance(encoder_decoder.EncoderLayer(4, 2), transformer.TransformerLayer)
+            and not encoder_decoder.EncoderLayer(4, 2).attention.causal)
 
 
 def test_gradient_encoder_decoder_shared_embedding_and_final_layernorms():
     """What the layer checks above do not cover: the one table used three times (source, target,
     output; its gradient is the sum of the three) behind the ·√d, and the final LayerNorms of
     Pre-LN."""
-    model = randomize_layernorms(transformer.EncoderDecoder(5, 4, 2, n_layers=1, n_positions=4,
-                                                            p_dropout=0.0, pre_ln=True,
-                                                            activation="gelu"))
+    model = randomize_layernorms(encoder_decoder.EncoderDecoder(5, 4, 2, n_layers=1, n_positions=4,
+                                                                p_dropout=0.0, pre_ln=True,
+                                                                activation="gelu"))
     src, tgt = np.array([[1, 4, 2], [0, 3, 3]]), np.array([[2, 2], [4, 1]])
     checked = [p for n, p in model.named_parameters()
                if not n.startswith(("encoder_layers", "decoder_layers"))]
@@ -266,10 +267,10 @@ def test_gradient_encoder_decoder_shared_embedding_and_final_layernorms():
 def test_parameter_count_and_shared_embedding():
     v, d, n = 13, 8, 3
     attention, ff, ln = 4 * (d * d + d), (d * 4 * d + 4 * d) + (4 * d * d + d), 2 * d
-    post = transformer.EncoderDecoder(v, d, 2, n_layers=n)
+    post = encoder_decoder.EncoderDecoder(v, d, 2, n_layers=n)
     assert (post.num_parameters()
             == v * d + n * (attention + ff + 2 * ln) + n * (2 * attention + ff + 3 * ln))
-    pre = transformer.EncoderDecoder(v, d, 2, n_layers=n, pre_ln=True)
+    pre = encoder_decoder.EncoderDecoder(v, d, 2, n_layers=n, pre_ln=True)
     # encoder_ln, decoder_ln
     assert pre.num_parameters() == post.num_parameters() + 2 * ln
     assert sum(p.data.shape == (v, d) for p in post.parameters()) == 1       # one table, three uses
@@ -284,8 +285,8 @@ def test_existing_defaults_are_unchanged():
 
 
 def test_only_primitives_in_encoder_decoder_forward_and_backward():
-    model = transformer.EncoderDecoder(7, 8, 2, n_layers=1, n_positions=8, p_dropout=0.1,
-                                       activation="relu")
+    model = encoder_decoder.EncoderDecoder(7, 8, 2, n_layers=1, n_positions=8, p_dropout=0.1,
+                                           activation="relu")
     with count_ops() as counts:
         logits = model(np.array([[1, 2, 3], [4, 0, 1]]), np.array([[2, 3], [0, 1]]))
         loss = transformer.lm_loss(logits, [[2, 3], [0, 1]])
@@ -295,11 +296,11 @@ def test_only_primitives_in_encoder_decoder_forward_and_backward():
 
 
 def test_no_handwritten_backward_check_covers_the_new_classes():
-    """test_transformer's AST check scans the whole file, so it covers the encoder-decoder too: the
-    new classes are in what it scans, pass it, and a `.data` slipped into one of them would be
-    caught."""
-    source = inspect.getsource(transformer)
-    for cls in (transformer.EncoderLayer, transformer.DecoderLayer, transformer.EncoderDecoder):
+    """test_transformer's AST check, run over this file: its classes pass it, and a `.data`
+    slipped into one of them would be caught."""
+    source = inspect.getsource(encoder_decoder)
+    for cls in (encoder_decoder.EncoderLayer, encoder_decoder.DecoderLayer,
+                encoder_decoder.EncoderDecoder):
         assert f"class {cls.__name__}(" in source
         assert violations(inspect.getsource(cls)) == []
     assert violations(source) == []
@@ -312,7 +313,7 @@ def test_no_handwritten_backward_check_covers_the_new_classes():
 
 # ---- bad input -----------------------------------------------------------------------------------
 def test_errors():
-    model = transformer.EncoderDecoder(11, 8, 2, n_layers=1, n_positions=6)
+    model = encoder_decoder.EncoderDecoder(11, 8, 2, n_layers=1, n_positions=6)
     src, tgt = np.zeros((2, 4), int), np.zeros((2, 3), int)
     with pytest.raises(ValueError, match=r"target length 7 exceeds n_positions=6, the longest "
                                          r"sequence this model accepts; shorten the target or "
@@ -333,6 +334,6 @@ def test_errors():
                                          r"1, got \(2, 0\)"):
         model(src, np.zeros((2, 0), int))
     with pytest.raises(ValueError, match="activation must be 'gelu' or 'relu', got 'swish'"):
-        transformer.EncoderDecoder(11, 8, 2, activation="swish")
+        encoder_decoder.EncoderDecoder(11, 8, 2, activation="swish")
     with pytest.raises(ValueError, match=r"bos_id=11 is not a token id \(0..10\)"):
-        transformer.EncoderDecoder(11, 8, 2, bos_id=11)
+        encoder_decoder.EncoderDecoder(11, 8, 2, bos_id=11)

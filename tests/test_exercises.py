@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+import optim
 import transformer
 from conftest import load_script
 from tensor import Tensor
@@ -70,10 +71,10 @@ def test_ex6_gpt2_small_at_n_4608():
 
 
 def test_ex7_learning_rate_at_2000_and_16000():
-    peak = transformer.noam_lr(4000)
-    assert transformer.noam_lr(2000) == pytest.approx(transformer.noam_lr(16000), rel=1e-12)
-    assert transformer.noam_lr(2000) == pytest.approx(peak / 2, rel=1e-12)
-    assert f"{transformer.noam_lr(2000):.2e}" == "3.49e-04" and f"{peak:.2e}" == "6.99e-04"
+    peak = optim.noam_lr(4000)
+    assert optim.noam_lr(2000) == pytest.approx(optim.noam_lr(16000), rel=1e-12)
+    assert optim.noam_lr(2000) == pytest.approx(peak / 2, rel=1e-12)
+    assert f"{optim.noam_lr(2000):.2e}" == "3.49e-04" and f"{peak:.2e}" == "6.99e-04"
 
 
 def test_ex7_intermediate_values_as_script_05_prints_them_and_as_noam_lr_combines_them():
@@ -82,9 +83,9 @@ def test_ex7_intermediate_values_as_script_05_prints_them_and_as_noam_lr_combine
     parts = load_script("05_training_recipe").lr_schedule()["ex7_parts"]
     assert f"{parts['d_factor']:.4f}" == "0.0442" and f"{parts['warmup_factor']:,.0f}" == "252,982"
     assert f"{parts['rsqrt_16000']:.5f}" == "0.00791"
-    assert transformer.noam_lr(2000) == pytest.approx(
+    assert optim.noam_lr(2000) == pytest.approx(
         parts["d_factor"] * 2000 / parts["warmup_factor"], rel=1e-15)
-    assert transformer.noam_lr(16000) == pytest.approx(
+    assert optim.noam_lr(16000) == pytest.approx(
         parts["d_factor"] * parts["rsqrt_16000"], rel=1e-15)
 
 
@@ -106,7 +107,7 @@ def test_ex9_adam_first_step_is_lr_times_sign():
         for sign in (1, -1):
             p = transformer.Parameter(np.zeros(1))
             p.grad = np.array([sign * g])
-            transformer.Adam([p], lr=lr, betas=(0.9, 0.98), eps=1e-9).step()
+            optim.Adam([p], lr=lr, betas=(0.9, 0.98), eps=1e-9).step()
             assert -p.data[0] / lr == pytest.approx(sign, rel=1e-2)
 
 

@@ -1,12 +1,13 @@
 """Parity, max abs difference <= 1e-12 in outputs and in every gradient (notes §9.2):
-transformer.py (tensor.py) against torch_ref.py, torch_ref.py against torch.nn, and our Adam
-against torch.optim.Adam."""
+transformer.py (tensor.py) against torch_ref.py, and torch_ref.py against torch.nn (our Adam against
+torch.optim.Adam: test_optim.py)."""
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+import optim
 import torch_ref
 import transformer
 from twins import max_diff, randomize_layernorms
@@ -135,7 +136,7 @@ def test_lm_loss_training_steps_match():
     kwargs = dict(n_vocab=V, n_embd=D, n_head=H, n_positions=S, n_layers=2, p_dropout=0.1)
     ours = transformer.DecoderLM(**kwargs)
     twin = torch_ref.copy_from(torch_ref.DecoderLM(**kwargs), ours)
-    opt, twin_opt = (transformer.Adam(ours.parameters(), lr=1e-2),
+    opt, twin_opt = (optim.Adam(ours.parameters(), lr=1e-2),
                      torch.optim.Adam(twin.parameters(), lr=1e-2))
     rng = np.random.default_rng(4)
     for _ in range(3):
@@ -328,24 +329,3 @@ def test_torch_ref_refuses_the_same_bad_arguments_as_ours(build, error, message)
     for module in (transformer, torch_ref):
         with pytest.raises(error, match=message):
             build(module)
-
-
-# ---- Adam ----------------------------------------------------------------------------------------
-@pytest.mark.parametrize("betas,eps", [((0.9, 0.999), 1e-8), ((0.9, 0.98), 1e-9)])
-def test_adam_matches_torch(betas, eps):
-    rng = np.random.default_rng(0)
-    shapes = [(4, 3), (3,), (2, 2, 2)]
-    ours = [transformer.Parameter(rng.standard_normal(s)) for s in shapes]
-    initial = [p.data.copy() for p in ours]
-    theirs = [f64(p.data.copy()).requires_grad_() for p in ours]
-    opt = transformer.Adam(ours, lr=3e-3, betas=betas, eps=eps)
-    official = torch.optim.Adam(theirs, lr=3e-3, betas=betas, eps=eps)
-    for step in range(6):
-        for p, q in zip(ours, theirs):
-            # gradients from 1e-6 to 1e2
-            g = rng.standard_normal(p.shape) * 10.0 ** rng.integers(-6, 3)
-            p.grad, q.grad = g.copy(), f64(g)
-        opt.step()
-        official.step()
-        assert max(max_diff(p.data, q) for p, q in zip(ours, theirs)) <= TOL, f"step {step}"
-    assert min(max_diff(p.data, p0) for p, p0 in zip(ours, initial)) > 1e-3   # and they did move

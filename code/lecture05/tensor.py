@@ -22,9 +22,8 @@ only, treated as a constant), view, permute, contiguous, embedding (gather; back
 scatter-add). Softmax, GELU, 1/sqrt are compositions of these.
 
 Beyond the notes, after the ruler (03 part 7, 06 part 6): `count_traffic` and `saved_bytes` (the
-bytes each launch moves, what a graph keeps alive for backward) and four fused primitives,
-layer_norm, softmax, gelu and flash_attention (one launch each way, each backward derived by hand),
-which lecture 6 calls only inside `transformer.fused()`.
+bytes each launch moves, what a graph keeps alive for backward). The fused primitives they are
+compared with live in lecture 6's kernels.py.
 """
 from __future__ import annotations
 
@@ -35,6 +34,12 @@ import numpy as np
 
 DTYPE = np.float64
 OP_COUNTS: Counter = Counter()
+
+# Lecture 6's one additive-mask convention (notes §2.3): 0 where a query may look, MASK_VALUE where
+# it may not. Defined here, below every module that masks (transformer.py's attention, kernels.py's
+# flash core, decoding.py's KV cache), so that each imports the same number from the one file all
+# of them build on.
+MASK_VALUE = -1e9
 
 
 @contextmanager
@@ -501,9 +506,10 @@ def embedding(weight: Tensor, indices) -> Tensor:
                           read=rows.nbytes + idx.nbytes)
 
 
-# ==== beyond the notes: accounting and fusion (03 part 7, 06 part 6) ==============================
+# ==== beyond the notes: accounting (03 part 7, 06 part 6) =========================================
 # A first reading stops above. What follows measures what the primitives above cost (launches,
-# bytes moved, FLOPs, memory kept for backward) and adds fused primitives that cost less.
+# bytes moved, FLOPs, memory kept for backward); lecture 6's kernels.py adds fused primitives that
+# cost less.
 
 # ---- traffic accounting: the hooks the primitives call, and the counters they fill ---------------
 class Traffic:
@@ -512,7 +518,7 @@ class Traffic:
     array it reads and writes, once (a GPU kernel's global-memory traffic with perfect caching);
     view and permute move nothing (they change strides only), nor do the backward closures of view,
     permute and contiguous (they hand the gradient on). flops: multiply-adds ×2 of matmul and
-    flash_attention only, as the notes count."""
+    flash_attention (kernels.py) only, as the notes count."""
 
     def __init__(self):
         self.launches, self.bytes, self.flops = Counter(), Counter(), Counter()
@@ -586,181 +592,3 @@ def _matmul_cost(a: "Tensor", b: "Tensor", out_data: np.ndarray) -> dict:
     flops = 2 * out_data.size * a.shape[-1]
     return dict(saved=_kept((b.data, a.requires_grad), (a.data, b.requires_grad)), flops=flops,
                 backward_flops=flops * (a.requires_grad + b.requires_grad))
-
-
-# ---- fused primitives: one launch forward, one backward, each backward derived by hand ----------
-# What the course's CUDA homework does for softmax and LayerNorm: the composed versions above make
-# 7 to 20 launches, each reading and writing a whole tensor; these make one each way. Lecture 6
-# calls them only inside `transformer.fused()`, so its HW3 modules stay free of hand-written
-# backward by default.
-
-# The one additive-mask convention (lecture 6, notes §2.3): 0 where a query may look, MASK_VALUE
-# where it may not. flash_attention's causal mask adds it; transformer.py imports it from here.
-MASK_VALUE = -1e9
-
-
-def _constant_mask(mask, shape: tuple, op: str):
-    """An additive mask as an array that broadcasts to `shape` (the scores' shape), or None."""
-    if mask is None:
-        return None
-    if isinstance(mask, Tensor) and mask.requires_grad:
-        raise ValueError(f"{op}: the mask requires a gradient; a mask is a constant (0 where a "
-                         f"query may look, {MASK_VALUE:g} where it may not), so pass it without "
-                         f"requires_grad")
-    mask = np.asarray(mask.data if isinstance(mask, Tensor) else mask, dtype=DTYPE)
-    if len(mask.shape) > len(shape) or not _broadcasts(mask.shape, shape):
-        raise ValueError(f"{op}: a mask of shape {mask.shape} does not broadcast to the scores' "
-                         f"shape {shape}; trailing dimensions must be equal or 1")
-    return mask
-
-
-def layer_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e-5) -> Tensor:
-    """(x - μ)/√(σ² + eps) · weight + bias over the last dimension (biased σ², eps inside the root).
-
-    Forward writes y and, per row, μ and r = 1/√(σ² + eps); backward reads x, μ, r (x̂ is
-    recomputed). Backward, with x̂ = (x - μ)·r, g = dy∘weight and n the row length:
-    ∂x̂_j/∂x_i = r(δ_ij - 1/n - x̂_i x̂_j/n) (μ moves by 1/n, r by -r x̂_i/n), so
-    dx = r(g - mean(g) - x̂·mean(g∘x̂)); dweight = Σ_rows dy∘x̂, dbias = Σ_rows dy."""
-    if weight.shape != x.shape[-1:] or bias.shape != x.shape[-1:]:
-        raise ValueError(f"layer_norm: weight {weight.shape} and bias {bias.shape} must both have "
-                         f"shape ({x.shape[-1]},), the last dimension of x {x.shape}")
-    mean = x.data.mean(axis=-1, keepdims=True)                        # (..., 1)
-    centred = x.data - mean
-    inv_std = 1.0 / np.sqrt((centred * centred).mean(axis=-1, keepdims=True) + eps)
-
-    def backward(g):
-        x_hat = (x.data - mean) * inv_std
-        rows = tuple(range(g.ndim - 1))
-        if weight.requires_grad:
-            weight._accumulate((g * x_hat).sum(axis=rows))
-        if bias.requires_grad:
-            bias._accumulate(g.sum(axis=rows))
-        if x.requires_grad:
-            gw = g * weight.data
-            x._accumulate(inv_std * (gw - gw.mean(axis=-1, keepdims=True)
-                                     - x_hat * (gw * x_hat).mean(axis=-1, keepdims=True)))
-    return x._result(centred * inv_std * weight.data + bias.data, (x, weight, bias), "layer_norm",
-                     backward, saved=(x.data, weight.data, mean, inv_std),
-                     written=(mean, inv_std))
-
-
-def softmax(x: Tensor, scale: float = 1.0, mask=None) -> Tensor:
-    """softmax(x·scale + mask) along the last dimension in one launch; the mask is additive and
-    constant.
-
-    The same arithmetic as transformer.softmax on (x·scale + mask), so a fully masked row gets the
-    same finite weights summing to 1. Backward from the saved output y alone: with
-    z = x·scale + mask, ∂y_i/∂z_j = y_i(δ_ij - y_j), so dz = y∘(dy - Σ_j dy_j y_j), and
-    dx = scale·dz (no gradient to the mask)."""
-    mask = _constant_mask(mask, x.shape, "softmax")
-    z = x.data * scale if mask is None else x.data * scale + mask
-    shifted = z - z.max(axis=-1, keepdims=True, initial=-np.inf)
-    y = np.exp(shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True)))
-
-    def backward(g):
-        x._accumulate(scale * y * (g - (g * y).sum(axis=-1, keepdims=True)))
-    return x._result(y, (x,), "softmax", backward, saved=(y,),
-                     read=x.data.nbytes + (0 if mask is None else mask.nbytes))
-
-
-def gelu(x: Tensor) -> Tensor:
-    """tanh GELU 0.5x(1 + tanh u), u = c(x + 0.044715x³), c = √(2/π), in one launch; saves x only.
-
-    Backward: d/dx = 0.5(1 + tanh u) + 0.5x(1 - tanh² u)·c(1 + 3·0.044715x²), tanh u recomputed."""
-    c = np.sqrt(2.0 / np.pi)
-
-    def backward(g):
-        squared = x.data * x.data
-        t = np.tanh(c * x.data * (1.0 + 0.044715 * squared))
-        slope = 0.5 * (1.0 + t) + 0.5 * c * x.data * (1.0 - t * t) * (1.0 + 3 * 0.044715 * squared)
-        x._accumulate(g * slope)
-    t = np.tanh(c * x.data * (1.0 + 0.044715 * x.data * x.data))
-    return x._result(0.5 * x.data * (1.0 + t), (x,), "gelu", backward, saved=(x.data,))
-
-
-def _block_scores(q, kT, mask, causal: bool, scale: float, start: int, stop: int) -> np.ndarray:
-    """The scores of keys start..stop-1, masked: (..., S_q, Dh) @ (..., Dh, n) -> (..., S_q, n)."""
-    scores = (q @ kT[..., start:stop]) * scale
-    if mask is not None:
-        scores = scores + mask[..., start:stop]
-    if causal:  # made from positions, not read from an S × S array: the future of query i is j > i
-        future = np.arange(start, stop) > np.arange(q.shape[-2])[:, None]   # (S_q, n)
-        scores = scores + np.where(future, MASK_VALUE, 0.0)
-    return scores
-
-
-def flash_attention(q: Tensor, kT: Tensor, v: Tensor, mask=None, causal: bool = False,
-                    block_size: int = 64) -> Tensor:
-    """softmax(q kᵀ/√Dh + mask) v in one launch, over key blocks, never forming the S_q × S_k
-    weights.
-
-    q (..., S_q, Dh), kT (..., Dh, S_k), v (..., S_k, Dv); mask additive and constant,
-    broadcastable to (..., S_q, S_k); causal=True adds MASK_VALUE above the diagonal, made from
-    positions (so no S × S mask is read or kept). The online softmax: per block s, the running row
-    max m, sum l and output acc are rescaled by e^(m - m') when the max grows to m'. Saved for
-    backward: q, k, v, the output and per row m and log l (the logsumexp m + log l in its two
-    parts: at a fully masked row m ≈ -1e9, and the sum would round log l away to ~1e-7). Backward
-    recomputes each block's scores: p = e^((s - m) - log l), D = rowsum(dO∘O) (= Σ_j p_j dp_j),
-    dv = pᵀdO, dp = dO vᵀ, ds = p∘(dp - D), dq += ds k/√Dh, dk = dsᵀq/√Dh. It cannot drop
-    attention weights (it never holds them all)."""
-    batch, (n_queries, head_dim), n_keys = q.shape[:-2], q.shape[-2:], kT.shape[-1]
-    if (kT.shape[:-2] != batch or v.shape[:-2] != batch or kT.shape[-2] != head_dim
-            or v.shape[-2] != n_keys):
-        raise ValueError(f"flash_attention: expected q (..., S_q, Dh), kT (..., Dh, S_k), "
-                         f"v (..., S_k, Dv) with the same leading dimensions, got q {q.shape}, "
-                         f"kT {kT.shape}, v {v.shape}")
-    if (isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer))
-            or block_size < 1):
-        raise ValueError(f"flash_attention: block_size must be an integer >= 1, "
-                         f"got {block_size!r}")
-    if n_keys == 0:
-        raise ValueError(f"flash_attention: no keys (kT has shape {kT.shape}); attention needs "
-                         f"S_k >= 1")
-    if causal and n_keys != n_queries:
-        raise ValueError(f"flash_attention: causal=True needs as many keys as queries, got "
-                         f"S_q = {n_queries}, S_k = {n_keys}; pass the mask as mask= instead "
-                         f"(a KV cache's, say)")
-    scores_shape = (*batch, n_queries, n_keys)
-    mask = _constant_mask(mask, scores_shape, "flash_attention")
-    mask_view = None if mask is None else np.broadcast_to(mask, scores_shape)   # no copy
-    scale = 1.0 / np.sqrt(head_dim)
-    blocks = [(start, min(start + block_size, n_keys)) for start in range(0, n_keys, block_size)]
-    row_max = np.full((*batch, n_queries, 1), -np.inf)
-    row_sum = np.zeros((*batch, n_queries, 1))
-    acc = np.zeros((*batch, n_queries, v.shape[-1]))
-    for start, stop in blocks:
-        s = _block_scores(q.data, kT.data, mask_view, causal, scale, start, stop)
-        new_max = np.maximum(row_max, s.max(axis=-1, keepdims=True))
-        rescale, p = np.exp(row_max - new_max), np.exp(s - new_max)
-        row_sum = row_sum * rescale + p.sum(axis=-1, keepdims=True)
-        acc = acc * rescale + p @ v.data[..., start:stop, :]
-        row_max = new_max
-    # written in (..., S_q, h, Dv) order, as torch's CPU kernel writes it: merging the heads
-    # afterwards (permute, then contiguous) finds it contiguous, so no second copy of the output is
-    # made or kept
-    merged = np.empty((*batch[:-1], n_queries, *batch[-1:], v.shape[-1]))   # (B, S_q, h, Dv)
-    out = np.swapaxes(merged, -3, -2) if batch else merged          # -> (B, h, S_q, Dv), no copy
-    np.divide(acc, row_sum, out=out)
-    log_sum = np.log(row_sum)
-
-    def backward(g):
-        row_dot = (g * out).sum(axis=-1, keepdims=True)       # D = rowsum(dO∘O): (..., S_q, 1)
-        dq, dkT, dv = np.zeros(q.shape), np.zeros(kT.shape), np.zeros(v.shape)
-        for start, stop in blocks:
-            s = _block_scores(q.data, kT.data, mask_view, causal, scale, start, stop)
-            p = np.exp((s - row_max) - log_sum)               # the block's weights, recomputed
-            dv[..., start:stop, :] = np.swapaxes(p, -1, -2) @ g
-            ds = p * (g @ np.swapaxes(v.data[..., start:stop, :], -1, -2) - row_dot) * scale
-            dq += ds @ np.swapaxes(kT.data[..., start:stop], -1, -2)
-            dkT[..., start:stop] = np.swapaxes(q.data, -1, -2) @ ds
-        for t, grad in ((q, dq), (kT, dkT), (v, dv)):
-            if t.requires_grad:
-                t._accumulate(grad)
-    pairs = int(np.prod(batch)) * n_queries * n_keys
-    kept = (q.data, kT.data, v.data, out, row_max, log_sum) + (() if mask is None else (mask,))
-    read = q.data.nbytes + kT.data.nbytes + v.data.nbytes + (0 if mask is None else mask.nbytes)
-    # FLOPs per (query, key) pair: forward q·k and p·v; backward q·k again, then dv, dp, dq and dk
-    return q._result(out, (q, kT, v), "flash_attention", backward, saved=kept,
-                     written=(row_max, log_sum),
-                     flops=2 * pairs * (head_dim + v.shape[-1]),
-                     backward_flops=2 * pairs * (3 * head_dim + 2 * v.shape[-1]), read=read)

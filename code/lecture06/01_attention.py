@@ -205,7 +205,7 @@ def mask_text(value: float) -> str:
 
 def show_causal_mask(args):
     common.header(3, "§2.3", "The causal mask: the decoder cannot see the future")
-    common.note(f"Additive mask (row = query, column = key), {mask_text(transformer.MASK_VALUE)} "
+    common.note(f"Additive mask (row = query, column = key), {mask_text(tensor.MASK_VALUE)} "
                 f"where the key is in the future:")
     r = causal_mask(seed=args.seed)
     seq_len = len(r["ids"])

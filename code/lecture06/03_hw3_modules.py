@@ -6,7 +6,7 @@ part 4), §8.4 (how many primitive operations each module's forward makes, part 
 §6.1-§6.2 (the paper's encoder-decoder: parameters at the base size, shapes through its layers with
 cross-attention, parity with torch.nn.Transformer, part 6). Beyond the notes, part 7 continues §8.4:
 what fused primitives and a flash-attention core buy a Pre-LN layer in launches, bytes moved and
-memory kept for backward (transformer.fused(), tensor.py's counters). Everything runs on
+memory kept for backward (kernels.fused(), tensor.py's counters). Everything runs on
 transformer.py, i.e. on lecture 5's tensor.py primitives only; torch appears as the reference in
 parts 4 and 6.
 
@@ -25,6 +25,8 @@ from fractions import Fraction
 import numpy as np
 import torch
 
+import encoder_decoder
+import kernels
 import tensor
 import torch_ref
 import transformer
@@ -401,12 +403,12 @@ def _script(name: str):
 
 def encoder_decoder_parameters(d: int = 512, d_ff: int = 2048, n_head: int = 8, n_layers: int = 6,
                                n_vocab: int = 37000) -> dict:
-    """Build transformer.EncoderDecoder at this size (Post-LN, the paper's; the default is the
+    """Build encoder_decoder.EncoderDecoder at this size (Post-LN, the paper's; the default is the
     paper's base model on the 37K shared vocabulary) and count each module's parameters, against the
     formula term by term and against 02 part 5's total for the same configuration."""
-    model = transformer.EncoderDecoder(n_vocab, d, n_head, n_layers=n_layers, middle_dim=d_ff,
-                                       # positions are sinusoidal: no parameters
-                                       n_positions=1, p_dropout=0.0)
+    model = encoder_decoder.EncoderDecoder(n_vocab, d, n_head, n_layers=n_layers, middle_dim=d_ff,
+                                           # positions are sinusoidal: no parameters
+                                           n_positions=1, p_dropout=0.0)
     attention, ffn, layer_norm = 4 * (d * d + d), 2 * d * d_ff + d_ff + d, 2 * d
     enc, dec = model.encoder_layers[0], model.decoder_layers[0]
     rows = [("token_embeddings (source, target and output)", "V·d", n_vocab * d,
@@ -456,8 +458,8 @@ def encoder_decoder_shapes(B: int = 2, S_src: int = 5, S_tgt: int = 6, D: int = 
     two positions: the shape of every tensor the forward makes, recorded from the calls
     themselves."""
     transformer.set_seed(seed)  # the weights too, not only the inputs
-    model = transformer.EncoderDecoder(n_vocab, D, h, n_layers=1, n_positions=max(S_src, S_tgt),
-                                       p_dropout=0.0)
+    model = encoder_decoder.EncoderDecoder(n_vocab, D, h, n_layers=1,
+                                           n_positions=max(S_src, S_tgt), p_dropout=0.0)
     enc, dec = model.encoder_layers[0], model.decoder_layers[0]
     log = {}
     for label, module in (("encoder attention", enc.attention),
@@ -529,7 +531,7 @@ def torch_nn_parity(B: int = 3, S_src: int = 5, S_tgt: int = 7, D: int = 16, h: 
         kwargs = dict(n_vocab=n_vocab, n_embd=D, n_head=h, n_layers=n_layers,
                       n_positions=max(S_src, S_tgt),
                       pre_ln=pre_ln)
-        ours = transformer.EncoderDecoder(**kwargs, p_dropout=0.0)
+        ours = encoder_decoder.EncoderDecoder(**kwargs, p_dropout=0.0)
         # LayerNorms start at 1 and 0; other values make their gradients a test
         for _, m in ours.named_modules():
             if isinstance(m, transformer.LayerNorm):
@@ -570,9 +572,10 @@ def encoder_decoder_generation(source_lengths=(5, 3), D: int = 16, h: int = 4, n
     its scores with and without the cache."""
     transformer.set_seed(seed)  # the weights too, not only the inputs
     longest = max(source_lengths)
-    model = transformer.EncoderDecoder(n_vocab, D, h, n_layers=n_layers,
-                                       n_positions=longest + 50 + 1,
-                                       p_dropout=0.1)   # generate() must switch dropout off itself
+    model = encoder_decoder.EncoderDecoder(n_vocab, D, h, n_layers=n_layers,
+                                           n_positions=longest + 50 + 1,
+                                           # generate() must switch dropout off itself
+                                           p_dropout=0.1)
     rng = np.random.default_rng(seed)
     src = rng.integers(2, n_vocab, (len(source_lengths), longest))   # ids 0, 1 are pad and bos
     src_pad = np.arange(longest)[None, :] >= np.array(source_lengths)[:, None]   # (B, S_src)
@@ -756,7 +759,7 @@ def _fusion_switch(path: str):
         raise ValueError(f"unknown path {path!r}; choose one of {', '.join(FUSION_PATHS)}")
     if path == "composed":
         return contextlib.nullcontext()
-    return transformer.fused(flash=path == "fused + flash", block_size=64)
+    return kernels.fused(flash=path == "fused + flash", block_size=64)
 
 
 def layer_traffic(layer, x: np.ndarray, path: str) -> dict:

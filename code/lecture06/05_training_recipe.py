@@ -28,6 +28,7 @@ import torch.nn.functional as F
 
 import city_lab
 import city_train
+import optim
 import runner
 import tensor
 import transformer
@@ -328,11 +329,11 @@ def draw_smoothing_cost(r, figures_dir):
 
 # ---- Part 3 · §7.5 the learning-rate formula -----------------------------------------------------
 def lr_schedule(d_model: int = 512, warmup: int = 4000, last: int = 200_000) -> dict:
-    """transformer.noam_lr: peak, value at 100k, the d = 1024 ratio, the argmax over steps, exercise
+    """optim.noam_lr: peak, value at 100k, the d = 1024 ratio, the argmax over steps, exercise
     7, step 0."""
     steps = np.arange(1, last + 1)
-    lr = transformer.noam_lr(steps, d_model, warmup)
-    peak = transformer.noam_lr(warmup, d_model, warmup)
+    lr = optim.noam_lr(steps, d_model, warmup)
+    peak = optim.noam_lr(warmup, d_model, warmup)
     step_zero = {}
     try:
         d_model ** -0.5 * min(0 ** -0.5, 0 * warmup ** -1.5)    # the formula typed as Python floats
@@ -342,7 +343,7 @@ def lr_schedule(d_model: int = 512, warmup: int = 4000, last: int = 200_000) -> 
         step_zero["numpy"] = float(d_model ** -0.5 * np.minimum(np.float64(0) ** -0.5,
                                                                 0 * warmup ** -1.5))
     try:
-        transformer.noam_lr(0, d_model, warmup)
+        optim.noam_lr(0, d_model, warmup)
     except ValueError as error:
         step_zero["noam_lr"] = f"ValueError: {str(error).split(';')[0]}"
     # torch's LambdaLR evaluates the factor at step 0 when it is built, before the first update
@@ -353,7 +354,7 @@ def lr_schedule(d_model: int = 512, warmup: int = 4000, last: int = 200_000) -> 
     except ZeroDivisionError as error:
         step_zero["lambda_lr"] = f"ZeroDivisionError: {error}"
     schedule = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: transformer.noam_lr(s + 1, d_model, warmup))
+        opt, lambda s: optim.noam_lr(s + 1, d_model, warmup))
     first_lrs = []
     for _ in range(3):
         first_lrs.append(opt.param_groups[0]["lr"])
@@ -361,14 +362,14 @@ def lr_schedule(d_model: int = 512, warmup: int = 4000, last: int = 200_000) -> 
         schedule.step()
     return dict(d_model=d_model, warmup=warmup, steps=steps, lr=lr, peak=peak,
                 argmax=int(steps[np.argmax(lr)]),
-                at_100k=transformer.noam_lr(100_000, d_model, warmup),
-                peak_1024=transformer.noam_lr(warmup, 1024, warmup),
-                ratio_1024=peak / transformer.noam_lr(warmup, 1024, warmup),
-                lr_1024=transformer.noam_lr(steps, 1024, warmup),
-                ex7={s: transformer.noam_lr(s, d_model, warmup) for s in (2000, 16000)},
+                at_100k=optim.noam_lr(100_000, d_model, warmup),
+                peak_1024=optim.noam_lr(warmup, 1024, warmup),
+                ratio_1024=peak / optim.noam_lr(warmup, 1024, warmup),
+                lr_1024=optim.noam_lr(steps, 1024, warmup),
+                ex7={s: optim.noam_lr(s, d_model, warmup) for s in (2000, 16000)},
                 ex7_parts=dict(d_factor=d_model ** -0.5, warmup_factor=warmup ** 1.5,
                                rsqrt_16000=16000 ** -0.5),
-                step_one=transformer.noam_lr(1, d_model, warmup), step_zero=step_zero,
+                step_one=optim.noam_lr(1, d_model, warmup), step_zero=step_zero,
                 first_lrs=first_lrs)
 
 
@@ -438,7 +439,7 @@ def draw_lr_schedule(r, figures_dir):
 def adam_first_step(gradients=tuple((-1) ** i * 10.0 ** e for i, e in enumerate(range(-6, 4))),
                     lr: float = 1e-3, betas=(0.9, 0.98), epsilons=(1e-9, 1e-8)) -> dict:
     """One Adam step from θ = 0 on one parameter per gradient value, with torch.optim.Adam and with
-    transformer.Adam: update/lr against |g|/(|g| + ε), and SGD's update/lr = g for contrast."""
+    optim.Adam: update/lr against |g|/(|g| + ε), and SGD's update/lr = g for contrast."""
     g = np.array(gradients, dtype=np.float64)
     rows = {"gradient": g, "sgd": g.copy()}
     for eps in epsilons:
@@ -448,7 +449,7 @@ def adam_first_step(gradients=tuple((-1) ** i * 10.0 ** e for i, e in enumerate(
         optimizer.step()
         ours = transformer.Parameter(np.zeros(len(g)))
         ours.grad = g.copy()
-        transformer.Adam([ours], lr=lr, betas=betas, eps=eps).step()
+        optim.Adam([ours], lr=lr, betas=betas, eps=eps).step()
         rows[eps] = dict(torch=-theta.detach().numpy() / lr, ours=-ours.data / lr,
                          formula=g / (np.abs(g) + eps))
     return dict(lr=lr, betas=betas, epsilons=epsilons, rows=rows)
@@ -982,7 +983,7 @@ def generation_quality(weights: dict, steps: int, excess: float, seed: int, n_wi
     windows = np.concatenate([test.x, test.y[:, -1:]], axis=1)[:n_windows, :city_lab.SEQ_LEN]
     prompts, n_new = windows[:, :prompt_len], city_lab.SEQ_LEN - prompt_len
     # greedy decoding and beam search give a prompt one answer, whatever the rest of the batch
-    # (tests/test_beam_search.py): each distinct prompt is decoded once, then copied to its windows
+    # (tests/test_decoding.py): each distinct prompt is decoded once, then copied to its windows
     distinct, copies = np.unique(prompts, axis=0, return_inverse=True)
     texts, scores = {}, {}
     for name in DECODINGS if rules is None else rules:

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+import kernels
 import tensor
 import torch_ref
 import transformer
@@ -622,7 +623,7 @@ def tensor_layer_saved(seq_len: int, n_embd: int, n_head: int, path: str, seed: 
     x = np.random.default_rng(seed).standard_normal((1, seq_len, n_embd))
     inputs = tensor.Tensor(x, requires_grad=True)
     switch = (contextlib.nullcontext() if path == "composed"
-              else transformer.fused(flash=path == "fused + flash"))
+              else kernels.fused(flash=path == "fused + flash"))
     with switch:
         out = layer(inputs)
         nbytes = tensor.saved_bytes(out, exclude=layer.parameters())
@@ -881,7 +882,7 @@ def korthikanti_comparison(seq_len: int = 128, n_embd: int = 64, n_head: int = 4
     transformer.set_seed(0)
     ours = transformer.TransformerLayer(d, h, p_dropout=p_dropout)
     x = tensor.Tensor(np.random.default_rng(0).standard_normal((1, S, d)), requires_grad=True)
-    with transformer.fused():
+    with kernels.fused():
         tensor_py = tensor.saved_bytes(ours(x), exclude=ours.parameters())
     return dict(S=S, b=1, d=d, h=h, p_dropout=p_dropout, terms=korthikanti_terms(S, 1, d, h),
                 formula=korthikanti_bytes(S, 1, d, h), float32=measured[torch.float32],

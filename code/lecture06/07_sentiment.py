@@ -28,6 +28,7 @@ import functools
 
 import numpy as np
 import torch
+import optim
 import runner
 import threads
 import torch_ref
@@ -104,7 +105,7 @@ def train_transformer(positions: bool, seed: int, steps: int) -> dict:
     transformer.set_seed(seed)
     model = SentimentTransformer(positions).train()
     data = reviews.train_set()
-    optimizer = transformer.Adam(model.parameters(), lr=LR)
+    optimizer = optim.Adam(model.parameters(), lr=LR)
     losses = []
     for step, rows in enumerate(batch_order(len(data), steps, seed)):
         # linear decay: the last steps settle instead of jumping
@@ -191,7 +192,7 @@ def parity(seed: int = common.DEFAULT_SEED, steps: int = PARITY_STEPS) -> dict:
     ours = SentimentTransformer(positions=True).train()
     twin = TorchSentimentTransformer(ours)
     data = reviews.train_set()
-    optimizer = transformer.Adam(ours.parameters(), lr=LR)
+    optimizer = optim.Adam(ours.parameters(), lr=LR)
     torch_optimizer = torch.optim.Adam(twin.parameters(), lr=LR)
     ours_losses, torch_losses = [], []
     for rows in batch_order(len(data), steps, seed):

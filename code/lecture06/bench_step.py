@@ -25,6 +25,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+import optim
 import torch_ref
 import transformer
 from threads import torch_threads
@@ -127,7 +128,7 @@ def bench(size, warmup: int = 2, repeats: int = 7) -> dict:
     """Median seconds per training step, wall-clock
     and CPU, for both implementations at one size."""
     ours, twin, x, y = build(*size)
-    ours_opt = transformer.Adam(ours.parameters(), lr=1e-3)
+    ours_opt = optim.Adam(ours.parameters(), lr=1e-3)
     twin_opt = torch.optim.Adam(twin.parameters(), lr=1e-3)
     tx, ty = torch.from_numpy(x), torch.from_numpy(y)
     ours_wall, ours_cpu = common.median_time(lambda: step_ours(ours, ours_opt, x, y),

@@ -1,5 +1,5 @@
-"""tensor.py's fused primitives and flash-attention
-core, the fused() switch, and the traffic counters.
+"""kernels.py: the fused primitives and the flash-attention core, the fused() switch, and
+tensor.py's traffic counters that measure what they save.
 
 Each fused primitive is checked against the composed path and against torch (values and every
 gradient, float64, <= 1e-12), against central differences, with contiguous and permuted inputs,
@@ -13,8 +13,11 @@ import numpy as np
 import pytest
 import torch
 
+import decoding
+import kernels
 import tensor
 import transformer
+from encoder_decoder import EncoderDecoder
 from gradcheck import PRIMITIVES, check_gradients, leaf
 from tensor import Tensor, count_ops, count_traffic
 
@@ -43,7 +46,7 @@ def _pad_mask(batch: int, n_keys: int, padded) -> np.ndarray:
     first padded[b] keys of row b (left padding)."""
     mask = np.zeros((batch, 1, 1, n_keys))
     for b, n in enumerate(padded):
-        mask[b, ..., :n] = transformer.MASK_VALUE
+        mask[b, ..., :n] = tensor.MASK_VALUE
     return mask
 
 
@@ -64,7 +67,7 @@ def test_layer_norm_matches_composed_and_torch(layout):
     composed.backward(dy)
     expected = _grads(leaves)
     _reset(leaves)
-    fused = tensor.layer_norm(x, norm.weights, norm.bias, norm.eps)
+    fused = kernels.layer_norm(x, norm.weights, norm.bias, norm.eps)
     fused.backward(dy)
     _close(fused.data, composed.data)
     for got, want in zip(_grads(leaves), expected):
@@ -79,7 +82,7 @@ def test_layer_norm_matches_composed_and_torch(layout):
 
 def test_layer_norm_gradients_by_central_differences():
     x, weight, bias = leaf((3, 4), "permuted", seed=5), leaf((4,), seed=6), leaf((4,), seed=7)
-    check_gradients(lambda: tensor.layer_norm(x, weight, bias), [x, weight, bias])
+    check_gradients(lambda: kernels.layer_norm(x, weight, bias), [x, weight, bias])
 
 
 # ---- softmax with scale and mask -----------------------------------------------------------------
@@ -94,7 +97,7 @@ def test_softmax_with_scale_and_mask_matches_composed_and_torch(layout):
     composed.backward(dy)
     expected = x.grad.copy()
     x.grad = None
-    fused = tensor.softmax(x, scale, mask)
+    fused = kernels.softmax(x, scale, mask)
     fused.backward(dy)
     # the same arithmetic, so the same bits
     np.testing.assert_array_equal(fused.data, composed.data)
@@ -110,8 +113,8 @@ def test_softmax_with_scale_and_mask_matches_composed_and_torch(layout):
 
 def test_softmax_gradients_by_central_differences():
     x = leaf((2, 4, 3), "permuted", seed=10)
-    mask = np.array([0.0, 0.0, transformer.MASK_VALUE])
-    check_gradients(lambda: tensor.softmax(x, 0.5, mask), [x])
+    mask = np.array([0.0, 0.0, tensor.MASK_VALUE])
+    check_gradients(lambda: kernels.softmax(x, 0.5, mask), [x])
 
 
 # ---- gelu ----------------------------------------------------------------------------------------
@@ -124,7 +127,7 @@ def test_gelu_matches_composed_and_torch(layout):
     composed.backward(dy)
     expected = x.grad.copy()
     x.grad = None
-    fused = tensor.gelu(x)
+    fused = kernels.gelu(x)
     fused.backward(dy)
     _close(fused.data, composed.data)
     _close(x.grad, expected)
@@ -135,7 +138,7 @@ def test_gelu_matches_composed_and_torch(layout):
 
 def test_gelu_gradients_by_central_differences():
     x = leaf((3, 5), seed=13)
-    check_gradients(lambda: tensor.gelu(x), [x])
+    check_gradients(lambda: kernels.gelu(x), [x])
 
 
 # ---- flash attention -----------------------------------------------------------------------------
@@ -163,7 +166,7 @@ def test_flash_attention_matches_composed_and_torch(block_size, causal):
     composed.backward(dout)
     expected = _grads(leaves)
     _reset(leaves)
-    flash = tensor.flash_attention(*views(), pad, causal=causal, block_size=block_size)
+    flash = kernels.flash_attention(*views(), pad, causal=causal, block_size=block_size)
     flash.backward(dout)
     _close(flash.data, composed.data)
     for got, want in zip(_grads(leaves), expected):
@@ -184,7 +187,7 @@ def test_flash_attention_against_torch_sdpa_with_a_general_mask():
     q, kT, v = (Tensor(rng.standard_normal(s), requires_grad=True)
                 for s in [(2, 5, 3), (2, 3, 6), (2, 6, 4)])
     mask = rng.standard_normal((5, 6))
-    flash = tensor.flash_attention(q, kT, v, mask, block_size=4)
+    flash = kernels.flash_attention(q, kT, v, mask, block_size=4)
     dout = rng.standard_normal(flash.shape)
     flash.backward(dout)
     qt, kt, vt = (_torch(t) for t in (q, kT, v))
@@ -200,42 +203,44 @@ def test_flash_attention_gradients_by_central_differences():
     """Right padding (key 4): no fully masked row, whose
     s - 1e9 would round central differences away."""
     leaves, _ = _qkv(B=1, h=2, S=5, Dh=3, seed=17)
-    pad = np.where(np.arange(5) == 4, transformer.MASK_VALUE, 0.0)
+    pad = np.where(np.arange(5) == 4, tensor.MASK_VALUE, 0.0)
 
     def f():
         q, k, v = leaves
-        return tensor.flash_attention(q.permute(0, 2, 1, 3), k.permute(0, 2, 3, 1),
+        return kernels.flash_attention(q.permute(0, 2, 1, 3), k.permute(0, 2, 3, 1),
                                       v.permute(0, 2, 1, 3), pad, causal=True, block_size=2)
     check_gradients(f, leaves)
 
 
 def test_flash_attention_saves_no_scores_and_writes_heads_merged():
     _, views = _qkv()
-    out = tensor.flash_attention(*views(), causal=True, block_size=3)
+    out = kernels.flash_attention(*views(), causal=True, block_size=3)
     # (B, S, h, Dh) in memory
     assert out.shape == (2, 3, 7, 4) and out.permute(0, 2, 1, 3).is_contiguous()
     assert all(a.shape[-2:] != (7, 7) for a in out._saved)
-    assert transformer.MASK_VALUE is tensor.MASK_VALUE      # one convention, defined once
+    # one convention, defined once (tensor.py) and imported by every file that masks
+    assert kernels.MASK_VALUE is transformer.MASK_VALUE is decoding.MASK_VALUE is tensor.MASK_VALUE
 
 
 def test_bad_input_gets_clear_errors():
     _, views = _qkv()
     q, kT, v = views()
     with pytest.raises(ValueError, match="block_size must be an integer >= 1, got 0"):
-        tensor.flash_attention(q, kT, v, block_size=0)
+        kernels.flash_attention(q, kT, v, block_size=0)
     with pytest.raises(ValueError, match=r"expected q \(..., S_q, Dh\), kT \(..., Dh, S_k\)"):
-        tensor.flash_attention(q, v, v)
+        kernels.flash_attention(q, v, v)
     with pytest.raises(ValueError, match="causal=True needs as many keys as queries"):
-        tensor.flash_attention(q, Tensor(kT.data[..., :5]), Tensor(v.data[..., :5, :]), causal=True)
+        kernels.flash_attention(q, Tensor(kT.data[..., :5]), Tensor(v.data[..., :5, :]),
+                                causal=True)
     with pytest.raises(ValueError, match="the mask requires a gradient"):
-        tensor.softmax(q, 1.0, Tensor(np.zeros(4), requires_grad=True))
+        kernels.softmax(q, 1.0, Tensor(np.zeros(4), requires_grad=True))
     with pytest.raises(ValueError, match=r"a mask of shape \(3,\) does not broadcast"):
-        tensor.softmax(q, 1.0, np.zeros(3))
+        kernels.softmax(q, 1.0, np.zeros(3))
     with pytest.raises(ValueError,
                        match=r"weight \(3,\) and bias \(4,\) must both have shape \(4,\)"):
-        tensor.layer_norm(q, Tensor(np.ones(3)), Tensor(np.zeros(4)))
+        kernels.layer_norm(q, Tensor(np.ones(3)), Tensor(np.zeros(4)))
     with pytest.raises(ValueError, match="fused: block_size must be an integer >= 1"):
-        with transformer.fused(block_size=-2):
+        with kernels.fused(block_size=-2):
             pass
 
 
@@ -258,8 +263,8 @@ def test_decoder_lm_under_fused_and_flash_equals_composed(padded):
     pad_mask = np.arange(9)[None, :] < np.array([[0], [5]]) if padded else None
     logits, grads, counts = _lm_run(contextlib.nullcontext(), pad_mask)
     assert set(counts) <= PRIMITIVES                                    # the default path composes
-    for switch, fused_kinds in ((transformer.fused(), {"layer_norm", "softmax", "gelu"}),
-                                (transformer.fused(flash=True, block_size=4),
+    for switch, fused_kinds in ((kernels.fused(), {"layer_norm", "softmax", "gelu"}),
+                                (kernels.fused(flash=True, block_size=4),
                                  {"layer_norm", "gelu", "flash_attention"})):
         got_logits, got_grads, got_counts = _lm_run(switch, pad_mask)
         # no composed GELU left
@@ -272,7 +277,7 @@ def test_decoder_lm_under_fused_and_flash_equals_composed(padded):
 def test_the_switch_is_scoped_and_flash_refuses_attention_dropout():
     layer = transformer.TransformerLayer(8, 2, p_dropout=0.1)
     x = Tensor(np.random.default_rng(19).standard_normal((1, 4, 8)))
-    with transformer.fused(flash=True):
+    with kernels.fused(flash=True):
         with pytest.raises(ValueError, match="cannot apply dropout 0.1 to them; call .eval()"):
             layer(x)
         layer.eval()
@@ -303,9 +308,9 @@ def test_traffic_of_single_launches_worked_out_by_hand():
     q, kT, v = leaf((1, 4, 2), seed=25), leaf((1, 2, 4), seed=26), leaf((1, 4, 2), seed=27)
     with count_traffic() as traffic, count_ops() as ops:
         (a @ b).view(4).view(2, 2).permute(1, 0).permute(1, 0).sum().backward()
-        tensor.softmax(x).sum().backward()
-        tensor.layer_norm(x, weight, bias).sum().backward()
-        tensor.flash_attention(q, kT, v, block_size=3).sum().backward()
+        kernels.softmax(x).sum().backward()
+        kernels.layer_norm(x, weight, bias).sum().backward()
+        kernels.flash_attention(q, kT, v, block_size=3).sum().backward()
     forward = lambda kind: (traffic.launches["forward", kind],  # noqa: E731
                             traffic.bytes["forward", kind])
     backward = lambda kind: (traffic.launches["backward", kind],  # noqa: E731
@@ -346,8 +351,8 @@ def test_layer_launches_and_saved_elements(path, calls):
     transformer.set_seed(0)
     layer = transformer.TransformerLayer(d, h, p_dropout=0.0)
     x = Tensor(np.random.default_rng(29).standard_normal((1, S, d)), requires_grad=True)
-    switch = {"composed": contextlib.nullcontext(), "fused": transformer.fused(),
-              "fused + flash": transformer.fused(flash=True, block_size=4)}[path]
+    switch = {"composed": contextlib.nullcontext(), "fused": kernels.fused(),
+              "fused + flash": kernels.fused(flash=True, block_size=4)}[path]
     with switch, count_traffic() as traffic:
         out = layer(x)
         saved = tensor.saved_bytes(out, exclude=layer.parameters()) // 8
@@ -366,7 +371,7 @@ def test_cached_generation_under_flash_equals_composed():
     model = transformer.DecoderLM(13, 8, 2, n_positions=12, n_layers=2, p_dropout=0.0).eval()
     prompt = np.array([[1, 2, 3], [4, 5, 6]])
     composed = model.generate(prompt, 5)
-    with transformer.fused(flash=True, block_size=3):
+    with kernels.fused(flash=True, block_size=3):
         flash = model.generate(prompt, 5)
     np.testing.assert_array_equal(flash.tokens, composed.tokens)
     _close(flash.logits, composed.logits)
@@ -376,8 +381,8 @@ def test_encoder_decoder_with_cross_attention_and_padding_under_flash_equals_com
     """Padded source and target; cross-attention (S_q !=
     S_k, no causal mask) goes through the core too."""
     transformer.set_seed(2)
-    model = transformer.EncoderDecoder(n_vocab=11, n_embd=8, n_head=2, n_layers=1, n_positions=10,
-                                       p_dropout=0.0)
+    model = EncoderDecoder(n_vocab=11, n_embd=8, n_head=2, n_layers=1, n_positions=10,
+                           p_dropout=0.0)
     rng = np.random.default_rng(30)
     src, tgt = rng.integers(3, 11, (2, 6)), rng.integers(3, 11, (2, 4))
     src_pad = np.zeros((2, 6), bool)
@@ -385,7 +390,7 @@ def test_encoder_decoder_with_cross_attention_and_padding_under_flash_equals_com
     tgt_pad = np.zeros((2, 4), bool)
     tgt_pad[1, 2:] = True
     results = []
-    for switch in (contextlib.nullcontext(), transformer.fused(flash=True, block_size=4)):
+    for switch in (contextlib.nullcontext(), kernels.fused(flash=True, block_size=4)):
         model.zero_grad()
         with switch:
             logits = model(src, tgt, src_pad, tgt_pad)

@@ -1,0 +1,492 @@
+"""Decoding (notes §2.3, §7.6, exercise 11): the KV cache, the decoding loop, sampling and beam
+search. Beyond HW3; transformer.py's DecoderLM.generate and encoder_decoder.py's
+EncoderDecoder.generate delegate here (HuggingFace's convention: the method on the model, the loop
+beside it).
+
+- KVCache ................ the keys and values an attention sub-layer keeps between steps; attend()
+                            is the attention-with-cache step MultiHeadAttention.forward calls
+- Generation, Hypothesis . what generate returns; one finished text of a beam search
+- generate, translate .... the loop for a decoder-only LM (continue a prompt) and for the paper's
+                            encoder-decoder (encode once, decode from bos)
+- _decode ................ greedy and sampling: temperature, top-k and top-p (nucleus) filters
+- _beam_search ........... the paper's beam search with Wu et al.'s length_penalty
+
+A model is anything whose forward takes `cache=` (a DecoderLM's `model(ids, cache=...)`, an
+EncoderDecoder's `decode(..., cache=...)`) and that makes its caches with new_cache; the cache calls
+the attention module's own projection and attention methods. So this file imports no model: only
+lecture 5's tensor.py (and numpy).
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+
+import paths  # noqa: F401  (makes lecture 5's tensor.py importable)
+from tensor import MASK_VALUE, Tensor, no_grad
+
+
+class KVCache:
+    """The keys and values one attention sub-layer keeps between decoding steps, so that a new token
+    costs one position's projections and FFN instead of a rerun over the whole prefix (exercise 11).
+
+    capacity=L (causal self-attention): keys (B, h, Dh, L) and values (B, h, L, Dh) at their final
+    size. A step writes its n new positions as kT + kT_new @ P, with P the (n, L) 0/1 placement
+    matrix: tensor.py has no slicing or concatenation, and 0/1 weights copy exactly. Slots not yet
+    written are masked like the future (MASK_VALUE), so they get weight exactly 0.
+    capacity=None (cross-attention): the keys and values of the encoder output, projected on the
+    first step and only read afterwards.
+    """
+
+    def __init__(self, capacity: int | None = None):
+        if capacity is not None and capacity < 1:
+            raise ValueError(f"KVCache: capacity must be >= 1 position, got {capacity}")
+        self.capacity = capacity
+        self.kT = self.v = None
+        self.length = 0                      # positions written so far (self-attention)
+
+    def write(self, kT_new: Tensor, v_new: Tensor):
+        """Append n positions: kT_new (B, h, Dh, n), v_new (B, h, n, Dh)."""
+        n_new = kT_new.shape[-1]
+        if self.length + n_new > self.capacity:
+            raise ValueError(f"KVCache: cannot write {n_new} more position(s) after "
+                             f"{self.length}: the cache holds {self.capacity}; make it with a "
+                             f"larger capacity")
+        place = np.zeros((n_new, self.capacity))
+        place[np.arange(n_new), self.length + np.arange(n_new)] = 1.0
+        kT_placed = kT_new @ Tensor(place)                 # (B, h, Dh, n) @ (n, L) -> (B, h, Dh, L)
+        v_placed = Tensor(place.T) @ v_new                 # (L, n) @ (B, h, n, Dh) -> (B, h, L, Dh)
+        self.kT = kT_placed if self.kT is None else self.kT + kT_placed
+        self.v = v_placed if self.v is None else self.v + v_placed
+        self.length += n_new
+
+    def causal_mask(self, n_new: int) -> Tensor:
+        """(1, 1, n, L) for the n positions just written: each sees the cache up to itself."""
+        first = self.length - n_new
+        return Tensor(MASK_VALUE * np.triu(np.ones((1, 1, n_new, self.capacity)), k=first + 1))
+
+    def reorder(self, rows: np.ndarray):
+        """Beam search: row i of the cache becomes what row rows[i] held (its parent beam), so that
+        each hypothesis keeps attending to its own prefix. A copy of rows, as the search's other
+        bookkeeping: it computes nothing."""
+        if self.kT is not None:
+            self.kT, self.v = Tensor(self.kT.numpy()[rows]), Tensor(self.v.numpy()[rows])
+
+    def attend(self, attention, x: Tensor, kv: Tensor | None = None, pad_mask=None) -> Tensor:
+        """One decoding step of `attention`, a transformer.MultiHeadAttention (called through its
+        own methods: whatever has them will do), over the cached keys and values.
+
+        Args:
+            x: (B, n, D) the new positions; kv: (B, S_k, D) the encoder output, on a
+                cross-attention cache's first step; pad_mask: (B, S_k), True at padded keys
+        Returns:
+            (B, n, D): heads concatenated, before out_projection
+        """
+        if self.capacity is None:      # cross-attention: project the encoder output once
+            if self.kT is None:
+                if kv is None:
+                    raise ValueError("MultiHeadAttention: a cross-attention cache needs kv= (the "
+                                     "encoder output) on its first step")
+                q, self.kT, self.v = attention.project_to_query_key_value(x, kv)
+            else:
+                q = attention.split_heads(attention.q_projection(x))   # (B, n, D) -> (B, h, n, Dh)
+            mask = (None if pad_mask is None
+                    else attention.create_pad_mask(pad_mask, x.shape[0], self.kT.shape[-1]))
+            return attention.self_attention(q, self.kT, self.v, mask)
+        if not attention.causal or kv is not None or pad_mask is not None:
+            raise ValueError("MultiHeadAttention: a KV cache with a capacity serves causal "
+                             "self-attention without padding; for cross-attention use KVCache() "
+                             "(capacity None)")
+        q, kT_new, v_new = attention.project_to_query_key_value(x)
+        self.write(kT_new, v_new)
+        return attention.self_attention(q, self.kT, self.v, self.causal_mask(x.shape[1]))
+
+
+@dataclass
+class Hypothesis:
+    """One finished text of a beam search."""
+    tokens: np.ndarray          # (|Y|,) its end token included
+    score: float                # the sum of its log-probabilities under the model
+    ranked: float               # score / lp(|Y|): what the search ranks finished text by
+    logits: np.ndarray          # (|Y|, V) the logits each of its tokens was chosen from
+
+
+@dataclass
+class Generation:
+    """What generate returns."""
+    tokens: np.ndarray          # (B, T) chosen tokens; pad_id after a row has finished
+    lengths: np.ndarray         # (B,) tokens each row generated, its end token included
+    logits: np.ndarray          # (B, T, V) the logits each token was chosen from (before
+                                # temperature)
+    n_forward: int              # forward passes of the decoder, one per step
+    positions_computed: int     # positions run through the decoder per row (all its beams),
+                                # summed over the steps: with the cache beams · (prompt + T - 1),
+                                # without it a whole prefix per beam and step
+    scores: np.ndarray          # (B,) each row's sum of log-probabilities (softmax of the logits,
+                                # whatever temperature or filter chose the tokens)
+    finished: list | None = None    # num_beams > 1: per row its finished Hypothesis list, best
+                                    # first (at most num_beams)
+
+
+# ---- the loops of the two models: a prompt continued, a source translated ------------------------
+def generate(model, prompt, max_new_tokens: int, *, sample: bool = False,
+             temperature: float = 1.0, rng=None, end_id: int | None = None, pad_id: int = 0,
+             use_cache: bool = True, num_beams: int = 1, length_penalty: float = 0.0,
+             top_k: int | None = None, top_p: float = 1.0) -> Generation:
+    """Continue every prompt row of a DecoderLM by up to max_new_tokens tokens, one per step
+    (exercise 11). What DecoderLM.generate does.
+
+    Args:
+        prompt: (B, P) token ids, P >= 1 (rows of equal length: no padding)
+        max_new_tokens: >= 0; with learned positions P + max_new_tokens must fit in n_positions
+        sample: False: greedy (the argmax); True: draw from softmax(logits / temperature) with
+            rng, a np.random.Generator (or an int seed), so a seed fixes every draw
+        top_k, top_p: sampling only: draw from the top_k largest logits, then from the
+            smallest set of those whose probability reaches top_p (nucleus sampling)
+        num_beams: 1 greedy; k > 1 beam search with k hypotheses per row (see _beam_search)
+        length_penalty: beam search's α: finished text ranked by its sum of log-probabilities
+            / ((5 + |Y|)/6)^α; 0 (the default) by the sum alone, 0.6 the paper's
+        end_id: a row stops after this token; later steps give it pad_id
+        use_cache: False reruns the whole prefix every step (the baseline the cache is timed
+            against)
+    Returns:
+        Generation: tokens (B, T), lengths (B,), logits (B, T, n_vocab), n_forward,
+        positions_computed, scores (B,); num_beams > 1: finished
+    """
+    prompt = np.asarray(prompt)
+    if prompt.ndim != 2 or prompt.shape[1] == 0:
+        raise ValueError(f"DecoderLM.generate: expected a prompt of shape (B, P) with P >= 1, "
+                         f"got {prompt.shape}")
+    rng = _check_decoding("DecoderLM.generate", max_new_tokens, sample, temperature, rng,
+                          num_beams, length_penalty, top_k, top_p)
+    if not all(layer.attention.causal for layer in model.layers):
+        raise ValueError("DecoderLM.generate: the model is not causal (causal=False): each "
+                         "position sees the future, so it cannot generate left to right")
+    total = prompt.shape[1] + max_new_tokens
+    if model.positions == "learned" and total > model.n_positions:
+        raise ValueError(f"DecoderLM.generate: prompt length {prompt.shape[1]} + "
+                         f"max_new_tokens {max_new_tokens} = {total} exceeds "
+                         f"n_positions={model.n_positions}: the learned position table has no "
+                         f"row past position {model.n_positions - 1}; ask for at most "
+                         f"{max(model.n_positions - prompt.shape[1], 0)} new tokens or build "
+                         f"the model with a larger n_positions")
+    # the last token is only returned, never fed back: the cache needs total - 1 positions
+    cache = (model.new_cache(total - 1) if use_cache and max_new_tokens > 0 and model.layers
+             else None)
+    beams = np.repeat(prompt, num_beams, axis=0)      # (B, P) -> (B·k, P): k rows per prompt
+
+    def step(generated):
+        if cache is None:
+            # (B·k, P + t): the whole prefix
+            ids = np.concatenate([beams, generated], axis=1)
+        else:
+            # only what is not cached
+            ids = beams if generated.shape[1] == 0 else generated[:, -1:]
+        return _last_position(model(ids, cache=cache)), ids.shape[1]
+
+    with _decoding(model):
+        return _decode(step, np.full(prompt.shape[0], max_new_tokens), model.n_vocab, sample,
+                       temperature, rng, end_id, pad_id, num_beams, length_penalty, top_k,
+                       top_p, reorder=None if cache is None else _reorder(cache))
+
+
+def translate(model, src, src_pad_mask=None, max_new_tokens: int | None = None, *,
+             sample: bool = False, temperature: float = 1.0, rng=None,
+             end_id: int | None = None, pad_id: int = 0, use_cache: bool = True,
+             num_beams: int = 1, length_penalty: float = 0.0, top_k: int | None = None,
+             top_p: float = 1.0) -> Generation:
+    """Translate with an EncoderDecoder: encode the source once, then decode from bos_id one token
+    per step (notes §1.1). What EncoderDecoder.generate does.
+
+    Args:
+        src: (B, S) source ids; src_pad_mask: (B, S), True at padded positions
+        max_new_tokens: None: each row's own source length + 50 (the paper's limit, notes §7.6),
+            at most n_positions; an int >= 0: the same limit for every row
+        sample, temperature, rng, top_k, top_p, num_beams, length_penalty, end_id, pad_id:
+            as generate (the paper: num_beams=4, length_penalty=0.6)
+        use_cache: False reruns the decoder over the whole prefix every step (the encoder runs
+            once either way, on each source once, whatever num_beams; the cache also keeps the
+            cross-attention keys/values of the memory)
+    Returns:
+        Generation: tokens (B, T) without the bos, lengths (B,), logits (B, T, n_vocab),
+        n_forward, positions_computed, scores (B,); num_beams > 1: finished
+    """
+    src = model.check_ids(src, "source")
+    src_pad_mask = model.check_pad_mask(src_pad_mask, src, "src_pad_mask", "source")
+    rng = _check_decoding("EncoderDecoder.generate", max_new_tokens, sample, temperature, rng,
+                          num_beams, length_penalty, top_k, top_p)
+    if max_new_tokens is None:
+        src_lengths = src.shape[1] - (0 if src_pad_mask is None else src_pad_mask.sum(axis=1))
+        limits = np.minimum(np.broadcast_to(src_lengths + 50, (src.shape[0],)),
+                            model.n_positions)
+    elif max_new_tokens > model.n_positions:
+        raise ValueError(f"EncoderDecoder.generate: max_new_tokens={max_new_tokens} exceeds "
+                         f"n_positions={model.n_positions}, the longest target this model "
+                         f"accepts; ask for at most {model.n_positions} or build the model with "
+                         f"a larger n_positions")
+    else:
+        limits = np.full(src.shape[0], max_new_tokens)
+    bos = np.full((src.shape[0] * num_beams, 1), model.bos_id)
+    with _decoding(model):
+        memory = model.encode(src, src_pad_mask)
+        if num_beams > 1:
+            # (B, S, D) -> (B·k, S, D): each source's memory once per beam, copied, not
+            # recomputed
+            beam_rows = np.repeat(np.arange(src.shape[0]), num_beams)
+            memory = Tensor(memory.numpy()[beam_rows])
+            src_pad_mask = None if src_pad_mask is None else src_pad_mask[beam_rows]
+        cache = model.new_cache(int(limits.max())) if use_cache and limits.max() > 0 else None
+
+        def step(generated):
+            if cache is None:
+                # (B·k, 1 + t): the whole prefix
+                ids = np.concatenate([bos, generated], axis=1)
+            else:
+                ids = bos if generated.shape[1] == 0 else generated[:, -1:]
+            logits = model.decode(ids, memory, src_pad_mask, cache=cache)
+            return _last_position(logits), ids.shape[1]
+
+        return _decode(step, limits, model.n_vocab, sample, temperature, rng, end_id, pad_id,
+                       num_beams, length_penalty, top_k, top_p,
+                       reorder=None if cache is None else _reorder(cache))
+
+
+# ---- the shared loop: greedy, sampling, beam search ----------------------------------------------
+def length_penalty(length, alpha: float):
+    """lp(Y) = ((5 + |Y|) / 6)^α (Wu et al. 2016; the paper's beam search uses α = 0.6). Finished
+    text is ranked by its sum of log-probabilities divided by lp, so that a longer text is not
+    ranked lower only because it has more (negative) terms. lp(1) = 1, and α = 0 gives lp = 1."""
+    return ((5.0 + np.asarray(length, dtype=float)) / 6.0) ** alpha
+
+
+def _check_decoding(who: str, max_new_tokens, sample: bool, temperature: float, rng,
+                    num_beams=1, length_penalty=0.0, top_k=None, top_p=1.0):
+    if max_new_tokens is not None and (not isinstance(max_new_tokens, (int, np.integer))
+                                       or max_new_tokens < 0):
+        raise ValueError(f"{who}: max_new_tokens must be an integer >= 0, got {max_new_tokens!r}; "
+                         f"0 generates nothing")
+    if (not isinstance(num_beams, (int, np.integer)) or isinstance(num_beams, bool)
+            or num_beams < 1):
+        raise ValueError(f"{who}: num_beams must be an integer >= 1 (the hypotheses kept per "
+                         f"row), got {num_beams!r}; num_beams=1 decodes greedily")
+    if num_beams > 1 and sample:
+        raise ValueError(f"{who}: num_beams={num_beams} searches for the most likely text and does "
+                         f"not sample; pass sample=False for beam search, or num_beams=1 to "
+                         f"sample")
+    if not length_penalty >= 0:
+        raise ValueError(f"{who}: length_penalty must be >= 0 (α in lp(Y) = ((5 + |Y|)/6)^α), got "
+                         f"{length_penalty!r}; 0 ranks by the sum of log-probabilities alone, 0.6 "
+                         f"is the paper's")
+    if top_k is not None and (not isinstance(top_k, (int, np.integer)) or isinstance(top_k, bool)
+                              or top_k < 1):
+        raise ValueError(f"{who}: top_k must be an integer >= 1 (the largest logits kept), got "
+                         f"{top_k!r}; top_k=None keeps every token")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"{who}: top_p must be in (0, 1] (the probability the kept tokens reach), "
+                         f"got {top_p!r}; top_p=1 keeps every token")
+    if not sample and (top_k is not None or top_p < 1):
+        raise ValueError(f"{who}: top_k= and top_p= filter what sampling draws from; pass "
+                         f"sample=True with them (greedy decoding and beam search take the most "
+                         f"likely tokens already)")
+    if not sample:
+        return rng
+    if not temperature > 0:
+        raise ValueError(f"{who}: temperature must be > 0 when sampling (the logits are divided "
+                         f"by it), got {temperature}; for the most likely token use sample=False "
+                         f"(greedy)")
+    if isinstance(rng, (int, np.integer)):
+        return np.random.default_rng(rng)
+    if not isinstance(rng, np.random.Generator):
+        raise ValueError(f"{who}: sampling needs rng=np.random.default_rng(seed) (or an int "
+                         f"seed), so that a seed fixes every draw; got {rng!r}")
+    return rng
+
+
+@contextmanager
+def _decoding(model):
+    """Eval mode (no dropout) and no graph while decoding; the model's mode is restored
+    afterwards."""
+    was_training = model.training
+    model.eval()
+    try:
+        with no_grad():
+            yield
+    finally:
+        model.train(was_training)
+
+
+def _last_position(logits: Tensor) -> Tensor:
+    """(B, S, V) -> (B, V), the last position. tensor.py has no indexing: a 0/1 row picks it,
+    exactly."""
+    batch_size, seq_len, n_vocab = logits.shape
+    if seq_len > 1:
+        pick = np.zeros((1, seq_len))
+        pick[0, -1] = 1.0
+        logits = Tensor(pick) @ logits               # (1, S) @ (B, S, V) -> (B, 1, V)
+    return logits.view(batch_size, n_vocab)          # (B, 1, V) -> (B, V)
+
+
+def _log_probabilities(logits: Tensor) -> np.ndarray:
+    """(B, V) logits -> (B, V) log softmax, the max subtracted first (as softmax)."""
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    return (shifted - shifted.exp().sum(axis=-1, keepdims=True).log()).numpy()
+
+
+def _kept_tokens(logits: np.ndarray, scaled: np.ndarray, top_k: int | None,
+                 top_p: float) -> np.ndarray:
+    """(B, V) True at the tokens sampling may draw: the top_k largest logits, then of those the
+    smallest set, most likely first, whose probability under softmax(scaled) reaches top_p
+    (nucleus sampling, Holtzman et al. 2019). Ranked by the logits themselves, so that top_k=1
+    keeps exactly greedy's argmax (ties: the first)."""
+    order = np.argsort(-logits, axis=-1, kind="stable")              # most likely first
+    kept = np.ones(logits.shape, dtype=bool)
+    if top_k is not None:
+        kept[:, top_k:] = False
+    if top_p < 1:
+        ranked = np.take_along_axis(scaled, order, axis=-1)
+        p = np.where(kept, np.exp(ranked - ranked.max(axis=-1, keepdims=True)), 0.0)
+        p /= p.sum(axis=-1, keepdims=True)
+        # the probability of the more likely tokens: a token is kept while that is below top_p
+        before = np.concatenate([np.zeros((len(p), 1)), np.cumsum(p, axis=-1)[:, :-1]], axis=1)
+        kept &= before < top_p
+    keep = np.empty_like(kept)
+    np.put_along_axis(keep, order, kept, axis=-1)
+    return keep
+
+
+def _choose_tokens(logits: Tensor, sample: bool, temperature: float, rng, top_k: int | None = None,
+                   top_p: float = 1.0) -> np.ndarray:
+    """(B, V) logits -> (B,) token ids. Sampling is the Gumbel-max trick: argmax(z/T + g) with
+    g ~ Gumbel(0, 1) drawn from rng is an exact draw from softmax(z/T), one rng call per step;
+    over the tokens top_k / top_p keep, an exact draw from softmax(z/T) renormalised over them."""
+    if not sample:
+        return np.argmax(logits.numpy(), axis=-1)    # reading the result to choose; no arithmetic
+    scaled = logits * (1.0 / temperature)
+    perturbed = (scaled + Tensor(rng.gumbel(size=logits.shape))).numpy()
+    if top_k is not None or top_p < 1:
+        keep = _kept_tokens(logits.numpy(), scaled.numpy(), top_k, top_p)
+        perturbed = np.where(keep, perturbed, -np.inf)
+    return np.argmax(perturbed, axis=-1)
+
+
+def _decode(step, limits: np.ndarray, n_vocab: int, sample: bool, temperature: float, rng,
+            end_id: int | None, pad_id: int, num_beams: int = 1, alpha: float = 0.0,
+            top_k: int | None = None, top_p: float = 1.0, reorder=None) -> Generation:
+    """The loop both generate methods share. step(generated (B·num_beams, t)) -> (next logits
+    (B·num_beams, V), positions it ran per row). Row b stops after end_id or after limits[b]
+    tokens; the batch stops when every row has. num_beams > 1: _beam_search, with reorder(rows)
+    reordering the KV cache (None without one)."""
+    if num_beams > 1:
+        return _beam_search(step, limits, n_vocab, num_beams, alpha, end_id, pad_id, reorder)
+    batch_size = len(limits)
+    generated = np.zeros((batch_size, 0), dtype=np.int64)
+    lengths = np.zeros(batch_size, dtype=np.int64)
+    scores = np.zeros(batch_size)
+    finished = limits <= 0
+    steps_logits, n_forward, positions = [], 0, 0
+    while not finished.all():
+        logits, n_positions = step(generated)
+        n_forward, positions = n_forward + 1, positions + n_positions
+        chosen = np.where(finished, pad_id,
+                          _choose_tokens(logits, sample, temperature, rng, top_k, top_p))
+        log_p = np.take_along_axis(_log_probabilities(logits), chosen[:, None], axis=1)[:, 0]
+        scores += np.where(finished, 0.0, log_p)
+        lengths += ~finished
+        finished = finished | (lengths >= limits) | (end_id is not None and chosen == end_id)
+        generated = np.concatenate([generated, chosen[:, None]], axis=1)     # (B, t) -> (B, t + 1)
+        steps_logits.append(logits.numpy())
+    logits_all = (np.stack(steps_logits, axis=1) if steps_logits
+                  else np.zeros((batch_size, 0, n_vocab)))
+    return Generation(generated, lengths, logits_all, n_forward, positions, scores)
+
+
+def _reorder(cache: list):
+    """reorder(rows) for a model's cache: every KVCache in it (a DecoderLM's list, an
+    EncoderDecoder's (self, cross) pairs) takes its rows from the parent beams."""
+    caches = [c for entry in cache for c in (entry if isinstance(entry, tuple) else (entry,))]
+
+    def reorder(rows: np.ndarray):
+        for c in caches:
+            c.reorder(rows)
+    return reorder
+
+
+def _keep_best(pool: list, hypothesis: Hypothesis, size: int):
+    """Add a finished hypothesis to a row's pool, which keeps the `size` best by score / lp, best
+    first (ties: the one finished first)."""
+    pool.append(hypothesis)
+    pool.sort(key=lambda h: -h.ranked)
+    del pool[size:]
+
+
+def _beam_search(step, limits: np.ndarray, n_vocab: int, k: int, alpha: float,
+                 end_id: int | None, pad_id: int, reorder) -> Generation:
+    """Beam search with k hypotheses per row (Wu et al. 2016, the paper's decoding). Each step
+    ranks the k·V extensions of a row's live hypotheses by their sum of log-probabilities: those
+    that emit end_id are set aside as finished, the k best others stay live. A row's search ends at
+    its limit (its live hypotheses then finish too), or once k are finished and no live one can
+    still beat the worst of them: log-probabilities only fall, so a live sum s can at best become
+    s / lp(limit). The answer: the finished hypothesis with the best score / lp(|Y|)."""
+    batch_size = len(limits)
+    rows = np.arange(batch_size)[:, None]                            # (B, 1)
+    tokens = np.zeros((batch_size, k, 0), dtype=np.int64)            # (B, k, t) the live beams
+    history = np.zeros((batch_size, k, 0, n_vocab))                  # (B, k, t, V) their logits
+    # a row's k copies start as one prefix: only the first is live, or each text came k times
+    sums = np.full((batch_size, k), -np.inf)
+    sums[:, 0] = 0.0
+    pools = [[] for _ in range(batch_size)]
+    done = limits <= 0
+    n_forward = positions = 0
+    while not done.all():
+        logits, n_positions = step(tokens.reshape(batch_size * k, -1))
+        n_forward, positions = n_forward + 1, positions + k * n_positions
+        z = logits.numpy().reshape(batch_size, k, n_vocab)
+        candidates = sums[:, :, None] + _log_probabilities(logits).reshape(batch_size, k, n_vocab)
+        length = tokens.shape[2] + 1
+        live = candidates.copy()
+        if end_id is not None:
+            live[:, :, end_id] = -np.inf
+        # (B, k) the k best extensions that do not end, as flat indices parent · V + token
+        best = np.argsort(-live.reshape(batch_size, -1), axis=1, kind="stable")[:, :k]
+        parent, token = np.divmod(best, n_vocab)
+        new_sums = np.take_along_axis(live.reshape(batch_size, -1), best, axis=1)
+        extended = np.concatenate([tokens[rows, parent], token[:, :, None]], axis=2)
+        extended_history = np.concatenate([history[rows, parent], z[rows, parent][:, :, None]],
+                                          axis=2)
+        for b in np.flatnonzero(~done):
+            if end_id is not None:
+                for j in np.flatnonzero(np.isfinite(sums[b])):
+                    score = candidates[b, j, end_id]
+                    _keep_best(pools[b], Hypothesis(
+                        np.append(tokens[b, j], end_id), float(score),
+                        float(score / length_penalty(length, alpha)),
+                        np.concatenate([history[b, j], z[b, j][None]])), k)
+            if length >= limits[b]:
+                for j in np.flatnonzero(np.isfinite(new_sums[b])):
+                    _keep_best(pools[b], Hypothesis(
+                        extended[b, j], float(new_sums[b, j]),
+                        float(new_sums[b, j] / length_penalty(length, alpha)),
+                        extended_history[b, j]), k)
+                done[b] = True
+            else:
+                worst = pools[b][-1].ranked if len(pools[b]) == k else -np.inf
+                done[b] = new_sums[b].max() / length_penalty(limits[b], alpha) <= worst
+        # a row that is done keeps its beams and is fed pad_id: its answer is in its pool
+        parent = np.where(done[:, None], np.arange(k), parent)
+        token = np.where(done[:, None], pad_id, token)
+        tokens = np.concatenate([tokens[rows, parent], token[:, :, None]], axis=2)
+        history = np.concatenate([history[rows, parent], z[rows, parent][:, :, None]], axis=2)
+        sums = np.where(done[:, None], sums, new_sums)
+        if reorder is not None and not done.all():
+            reorder((rows * k + parent).reshape(-1))
+    answers = [pool[0] if pool else Hypothesis(np.zeros(0, dtype=np.int64), 0.0, 0.0,
+                                               np.zeros((0, n_vocab))) for pool in pools]
+    lengths = np.array([len(h.tokens) for h in answers], dtype=np.int64)
+    width = int(lengths.max(initial=0))
+    chosen = np.full((batch_size, width), pad_id, dtype=np.int64)
+    logits_all = np.zeros((batch_size, width, n_vocab))
+    for b, h in enumerate(answers):
+        chosen[b, :len(h.tokens)], logits_all[b, :len(h.tokens)] = h.tokens, h.logits
+    return Generation(chosen, lengths, logits_all, n_forward, positions,
+                      np.array([h.score for h in answers]), pools)
