@@ -218,6 +218,7 @@ class GroupedQueryAttention(Module):
                              f"query heads); pass n_kv_heads in {divisors}")
         head_dim = n_embd // n_head
         if rope:
+            check_choice("GroupedQueryAttention", "rope_layout", rope_layout, ROPE_LAYOUTS)
             rope_pairs(head_dim, rope_layout)          # refuses an odd head size here, not later
         self.n_embd, self.n_head, self.n_kv_heads, self.causal = n_embd, n_head, n_kv_heads, True
         self.attn_hidden_dim, self.group_size = head_dim, n_head // n_kv_heads
