@@ -25,7 +25,7 @@ import transformer
 from gradcheck import check_gradients, leaf
 from tensor import Tensor
 from test_parity import check_twins
-from test_transformer import violations
+from test_transformer import lecture_imports, violations
 from twins import max_diff, randomize_layernorms
 
 TOL = 1e-12
@@ -86,6 +86,12 @@ def test_gradient_of_the_loss_of_the_llama_decoder():
 
 def test_llama_py_writes_no_backward_and_no_array_arithmetic():
     assert violations(inspect.getsource(llama)) == []
+
+
+def test_llama_py_builds_on_transformer_py_and_decoding_needs_no_change():
+    """It imports the lesson and tensor.py; decoding.py comes with DecoderLM's inherited new_cache
+    and generate."""
+    assert lecture_imports(llama) == ({"paths", "tensor", "transformer"}, set())
 
 
 # ---- the twins -----------------------------------------------------------------------------------
@@ -341,6 +347,12 @@ def test_n_head_must_be_a_multiple_of_n_kv_heads():
     with pytest.raises(ValueError, match=r"n_head=4 is not a multiple of n_kv_heads=3 .*"
                                          r"pass n_kv_heads in \[1, 2, 4\]"):
         llama.DecoderLM(**model_kwargs(3))
+
+
+def test_the_cache_refuses_a_pad_mask():
+    model = llama_lm(2).eval()
+    with pytest.raises(ValueError, match="a KV cache serves decoding without padding"):
+        model(PROMPT, pad_mask=np.zeros(PROMPT.shape, bool), cache=model.new_cache(4))
 
 
 def test_rope_refuses_an_odd_head_size():
