@@ -179,8 +179,9 @@ def interleaved_to_rotate_half(n_heads: int, head_dim: int) -> np.ndarray:
     a model trained with the interleaved layout into the same model in the rotate-half layout:
     weights[:, order] (and bias[order]). Within each head, rotate-half's pair i (i, i + Dh/2)
     takes interleaved pair i (2i, 2i + 1): HuggingFace's conversion of Meta's checkpoints permutes
-    the same rows of torch's (out, in) weights. Without it the scores are wrong from the first
-    token on (tests/test_llama.py)."""
+    the same rows of torch's (out, in) weights. Without it only a query and a key at the same
+    position still score right (their turns cancel, and a dot product does not see the order of
+    the dimensions): the attention weights are wrong from the second position on."""
     rotate_first, rotate_second = rope_pairs(head_dim, "rotate_half")
     interleaved_first, interleaved_second = rope_pairs(head_dim, "interleaved")
     within = np.empty(head_dim, dtype=np.int64)

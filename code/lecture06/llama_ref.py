@@ -105,6 +105,7 @@ class GroupedQueryAttention(nn.Module):
     def heads(self, x, n_heads: int):
         """(B, S, n·Dh) -> (B, n, S, Dh)."""
         batch_size, seq_len, _ = x.shape
+        # (B, S, n·Dh) -> (B, S, n, Dh) -> (B, n, S, Dh)
         return x.view(batch_size, seq_len, n_heads, self.head_dim).transpose(1, 2)
 
     def forward(self, x, pad_mask=None):
@@ -117,15 +118,18 @@ class GroupedQueryAttention(nn.Module):
             k = apply_rope(k, self.rope_layout, self.rope_base)
         group_size = self.n_head // self.n_kv_heads
         k, v = repeat_kv(k, group_size), repeat_kv(v, group_size)      # -> (B, h, S, Dh)
+        # (B, h, S, Dh) @ (B, h, Dh, S) -> (B, h, S, S)
         scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(self.head_dim))
         scores = scores + torch_ref.MultiHeadAttention.create_causal_mask(seq_len, x.dtype)
         if pad_mask is not None:
             pad = torch.as_tensor(check_pad_mask(pad_mask))
+            # (B, S) -> (B, 1, 1, S): no query sees a padded key
             scores = scores + torch.where(pad, MASK_VALUE, 0.0).to(x.dtype)[:, None, None, :]
         weights = torch.softmax(scores, dim=-1)                        # (B, h, S, S)
         # (B, h, S, S) -> (B, n_kv, g, S, S): our dropout's mask has llama.py's group axis
         grouped = weights.view(batch_size, self.n_kv_heads, group_size, seq_len, seq_len)
-        weights = self.dropout(grouped).view(batch_size, self.n_head, seq_len, seq_len)
+        weights = self.dropout(grouped).view(batch_size, self.n_head, seq_len, seq_len)  # -> (B, h, S, S)
+        # (B, h, S, Dh) -> (B, S, h, Dh) -> (B, S, D)
         out = (weights @ v).transpose(1, 2).reshape(batch_size, seq_len, self.n_embd)
         return self.out_dropout(self.out_projection(out))
 
