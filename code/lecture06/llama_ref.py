@@ -128,7 +128,8 @@ class GroupedQueryAttention(nn.Module):
         weights = torch.softmax(scores, dim=-1)                        # (B, h, S, S)
         # (B, h, S, S) -> (B, n_kv, g, S, S): our dropout's mask has llama.py's group axis
         grouped = weights.view(batch_size, self.n_kv_heads, group_size, seq_len, seq_len)
-        weights = self.dropout(grouped).view(batch_size, self.n_head, seq_len, seq_len)  # -> (B, h, S, S)
+        # (B, n_kv, g, S, S) -> (B, h, S, S)
+        weights = self.dropout(grouped).view(batch_size, self.n_head, seq_len, seq_len)
         # (B, h, S, Dh) -> (B, S, h, Dh) -> (B, S, D)
         out = (weights @ v).transpose(1, 2).reshape(batch_size, seq_len, self.n_embd)
         return self.out_dropout(self.out_projection(out))
