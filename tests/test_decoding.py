@@ -295,6 +295,15 @@ def test_errors():
     with pytest.raises(ValueError, match=r"expected a prompt of shape \(B, P\) with P >= 1, got "
                                          r"\(4,\)"):
         lm.generate(PROMPT[0], 3)
+    with pytest.raises(TypeError, match=r"^DecoderLM.generate: the prompt must be token ids, "
+                                        r"integers in a numpy array \(or nested lists\), got a "
+                                        r"Tensor of shape \(3, 4\); pass "
+                                        r"prompt.numpy\(\).astype\(int\)$"):
+        lm.generate(Tensor(PROMPT), 3)
+    with pytest.raises(TypeError, match=r"^EncoderDecoder: source token ids must be integers in "
+                                        r"a numpy array \(or nested lists\), got a Tensor of "
+                                        r"shape \(3, 5\); pass ids.numpy\(\).astype\(int\)$"):
+        ed.generate(Tensor(SRC), SRC_PAD)
     with pytest.raises(ValueError, match=r"not causal \(causal=False\)"):
         decoder_lm(causal=False).generate(PROMPT, 3)
     with pytest.raises(ValueError, match="a KV cache with a capacity serves causal self-attention"):

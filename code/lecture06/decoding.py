@@ -160,6 +160,10 @@ def generate(model, prompt, max_new_tokens: int, *, sample: bool = False,
         Generation: tokens (B, T), lengths (B,), logits (B, T, n_vocab), n_forward,
         positions_computed, scores (B,); num_beams > 1: finished
     """
+    if isinstance(prompt, Tensor):
+        raise TypeError(f"DecoderLM.generate: the prompt must be token ids, integers in a numpy "
+                        f"array (or nested lists), got a Tensor of shape {prompt.shape}; pass "
+                        f"prompt.numpy().astype(int)")
     prompt = np.asarray(prompt)
     if prompt.ndim != 2 or prompt.shape[1] == 0:
         raise ValueError(f"DecoderLM.generate: expected a prompt of shape (B, P) with P >= 1, "
@@ -460,7 +464,8 @@ def _ending_beams(candidates: np.ndarray, sums: np.ndarray, end_id: int, k: int,
     extensions, candidates (k, V) (ties: the lower parent · V + token)."""
     beams = np.flatnonzero(np.isfinite(sums))
     if finish == "in_beam":
-        best = np.argsort(-candidates.reshape(-1), kind="stable")[:k]    # parent · V + token
+        # (k, V) -> (k·V,): the k best as flat indices parent · V + token
+        best = np.argsort(-candidates.reshape(-1), kind="stable")[:k]
         beams = beams[np.isin(beams * candidates.shape[1] + end_id, best)]
     return beams
 
