@@ -9,7 +9,8 @@ beside it).
 - generate, translate .... the loop for a decoder-only LM (continue a prompt) and for the paper's
                             encoder-decoder (encode once, decode from bos)
 - _decode ................ greedy and sampling: temperature, top-k and top-p (nucleus) filters
-- _beam_search ........... the paper's beam search with Wu et al.'s length_penalty
+- _beam_search ........... the paper's beam search with Wu et al.'s length_penalty; with an
+                            end token, finish= picks ours or HuggingFace's rule
 
 A model is anything whose forward takes `cache=` (a DecoderLM's `model(ids, cache=...)`, an
 EncoderDecoder's `decode(..., cache=...)`) and that makes its caches with new_cache; the cache calls
@@ -169,8 +170,8 @@ def generate(model, prompt, max_new_tokens: int, *, sample: bool = False,
         raise ValueError(f"DecoderLM.generate: expected a prompt of shape (B, P) with P >= 1, "
                          f"got {prompt.shape}")
     rng = _check_decoding("DecoderLM.generate", max_new_tokens, sample, temperature, rng,
-                          num_beams, length_penalty, top_k, top_p)
-    _check_token_ids("DecoderLM.generate", model.n_vocab, end_id, pad_id, finish)
+                          num_beams, length_penalty, finish, top_k, top_p)
+    _check_end_and_pad_ids("DecoderLM.generate", model.n_vocab, end_id, pad_id)
     if not all(layer.attention.causal for layer in model.layers):
         raise ValueError("DecoderLM.generate: the model is not causal (causal=False): each "
                          "position sees the future, so it cannot generate left to right")
@@ -226,8 +227,8 @@ def translate(model, src, src_pad_mask=None, max_new_tokens: int | None = None, 
     src = model.check_ids(src, "source")
     src_pad_mask = model.check_pad_mask(src_pad_mask, src, "src_pad_mask", "source")
     rng = _check_decoding("EncoderDecoder.generate", max_new_tokens, sample, temperature, rng,
-                          num_beams, length_penalty, top_k, top_p)
-    _check_token_ids("EncoderDecoder.generate", model.n_vocab, end_id, pad_id, finish)
+                          num_beams, length_penalty, finish, top_k, top_p)
+    _check_end_and_pad_ids("EncoderDecoder.generate", model.n_vocab, end_id, pad_id)
     if max_new_tokens is None:
         src_lengths = src.shape[1] - (0 if src_pad_mask is None else src_pad_mask.sum(axis=1))
         limits = np.minimum(np.broadcast_to(src_lengths + 50, (src.shape[0],)),
@@ -272,8 +273,11 @@ def length_penalty(length, alpha: float):
     return ((5.0 + np.asarray(length, dtype=float)) / 6.0) ** alpha
 
 
+FINISH_RULES = ("every", "in_beam")     # beam search's rules for end extensions (_beam_search)
+
+
 def _check_decoding(who: str, max_new_tokens, sample: bool, temperature: float, rng,
-                    num_beams=1, length_penalty=0.0, top_k=None, top_p=1.0):
+                    num_beams=1, length_penalty=0.0, finish="every", top_k=None, top_p=1.0):
     if max_new_tokens is not None and (not isinstance(max_new_tokens, (int, np.integer))
                                        or max_new_tokens < 0):
         raise ValueError(f"{who}: max_new_tokens must be an integer >= 0, got {max_new_tokens!r}; "
@@ -290,6 +294,10 @@ def _check_decoding(who: str, max_new_tokens, sample: bool, temperature: float, 
         raise ValueError(f"{who}: length_penalty must be >= 0 (α in lp(Y) = ((5 + |Y|)/6)^α), got "
                          f"{length_penalty!r}; 0 ranks by the sum of log-probabilities alone, 0.6 "
                          f"is the paper's")
+    if finish not in FINISH_RULES:
+        raise ValueError(f"{who}: finish must be 'every' (every end extension finishes) or "
+                         f"'in_beam' (HuggingFace's rule: only one ranked among the num_beams "
+                         f"best), got {finish!r}")
     if top_k is not None and (not isinstance(top_k, (int, np.integer)) or isinstance(top_k, bool)
                               or top_k < 1):
         raise ValueError(f"{who}: top_k must be an integer >= 1 (the largest logits kept), got "
@@ -315,12 +323,8 @@ def _check_decoding(who: str, max_new_tokens, sample: bool, temperature: float, 
     return rng
 
 
-FINISH_RULES = ("every", "in_beam")
-
-
-def _check_token_ids(who: str, n_vocab: int, end_id, pad_id, finish: str):
-    """end_id and pad_id are token ids of the model (a finished row is fed pad_id); finish is one
-    of FINISH_RULES."""
+def _check_end_and_pad_ids(who: str, n_vocab: int, end_id, pad_id):
+    """end_id (or None) and pad_id are token ids of the model: a finished row is fed pad_id."""
     for name, value, hint in (
             ("end_id", end_id, "pass the end token's id, or None to stop only at the limit"),
             ("pad_id", pad_id, "pass any id the model knows: a finished row is fed it")):
@@ -330,10 +334,6 @@ def _check_token_ids(who: str, n_vocab: int, end_id, pad_id, finish: str):
                 or not 0 <= value < n_vocab):
             raise ValueError(f"{who}: {name} must be a token id of the model, an integer in "
                              f"0..{n_vocab - 1}, got {value!r}; {hint}")
-    if finish not in FINISH_RULES:
-        raise ValueError(f"{who}: finish must be 'every' (every end extension finishes) or "
-                         f"'in_beam' (HuggingFace's rule: only one ranked among the num_beams "
-                         f"best), got {finish!r}")
 
 
 @contextmanager
