@@ -15,13 +15,21 @@ it (score to 1e-12), without an end token and with one at three length penalties
 is greedy, the KV cache (its rows reordered by parent beam every step) changes nothing, the rows of
 a batch are searched independently, every reported score is the model's log-probability of the
 tokens, the stops at end_id and at source length + 50, and the sampling filters' limits (top_k = V
-and top_p = 1 are plain sampling, top_k = 1 is greedy)."""
+and top_p = 1 are plain sampling, top_k = 1 is greedy).
+
+The conventions, on language models written as tables of next-token probabilities, small enough to
+check by hand and by exhaustive search: with an end token ours pools every end extension where
+HuggingFace's rule (finish="in_beam") finishes only those ranked in the beam, and its answer is
+never ranked lower; a row stops only when no live sum / lp(limit) beats the worst finished; the
+finished list is the k best in order; top-k keeps exactly k tokens, ties to the lower id as
+argmax; top-p keeps a token while the mass ranked above it is below p."""
 import itertools
 import math
 
 import numpy as np
 import pytest
 
+import decoding
 import transformer
 from decoding import KVCache, length_penalty
 from encoder_decoder import EncoderDecoder
@@ -287,6 +295,15 @@ def test_errors():
     with pytest.raises(ValueError, match=r"expected a prompt of shape \(B, P\) with P >= 1, got "
                                          r"\(4,\)"):
         lm.generate(PROMPT[0], 3)
+    with pytest.raises(TypeError, match=r"^DecoderLM.generate: the prompt must be token ids, "
+                                        r"integers in a numpy array \(or nested lists\), got a "
+                                        r"Tensor of shape \(3, 4\); pass "
+                                        r"prompt.numpy\(\).astype\(int\)$"):
+        lm.generate(Tensor(PROMPT), 3)
+    with pytest.raises(TypeError, match=r"^EncoderDecoder: source token ids must be integers in "
+                                        r"a numpy array \(or nested lists\), got a Tensor of "
+                                        r"shape \(3, 5\); pass ids.numpy\(\).astype\(int\)$"):
+        ed.generate(Tensor(SRC), SRC_PAD)
     with pytest.raises(ValueError, match=r"not causal \(causal=False\)"):
         decoder_lm(causal=False).generate(PROMPT, 3)
     with pytest.raises(ValueError, match="a KV cache with a capacity serves causal self-attention"):
@@ -618,7 +635,152 @@ def test_every_bad_decoding_argument_says_what_to_pass(name):
                                              r"the sum of log-probabilities alone, 0.6 is the "
                                              r"paper's"):
             decode(model, 3, num_beams=2, length_penalty=bad)
+    for bad in (5, -1, 2.0, True):
+        with pytest.raises(ValueError, match=rf"{who}end_id must be a token id of the model, an "
+                                             rf"integer in 0..4, got {bad}; pass the end token's "
+                                             r"id, or None to stop only at the limit"):
+            decode(model, 3, end_id=bad)
+    with pytest.raises(ValueError, match=rf"{who}pad_id must be a token id of the model, an "
+                                         r"integer in 0..4, got 5; pass any id the model knows: a "
+                                         r"finished row is fed it"):
+        decode(model, 3, end_id=1, pad_id=5)
+    with pytest.raises(ValueError, match=rf"{who}finish must be 'every' \(every end extension "
+                                         r"finishes\) or 'in_beam' \(HuggingFace's rule: only "
+                                         r"one ranked among the num_beams best\), got 'top_k'"):
+        decode(model, 3, num_beams=2, end_id=1, finish="top_k")
     for kwargs in (dict(top_k=3), dict(top_p=0.9), dict(top_k=3, num_beams=2)):
         with pytest.raises(ValueError, match=rf"{who}top_k= and top_p= filter what sampling draws "
                                              r"from; pass sample=True with them"):
             decode(model, 3, **kwargs)
+
+
+
+# ==== the conventions, on hand-made distributions: a table of next-token probabilities ============
+A, B, END = 0, 1, 2                 # the tables' token ids: two words and the end token
+
+
+class TableLM:
+    """A language model given by hand: the next token's probabilities (its logits are their logs)
+    after each generated prefix, a tuple of ids; uniform after a prefix the table does not list;
+    the prompt is ignored. All that generate needs of a DecoderLM: no layers (so no cache), no
+    positions."""
+    layers, positions, training = [], "none", False
+
+    def __init__(self, table: dict, n_vocab: int = 3):
+        self.table, self.n_vocab = table, n_vocab
+
+    def probabilities(self, prefix) -> np.ndarray:
+        p = np.asarray(self.table.get(tuple(prefix), np.ones(self.n_vocab)), dtype=float)
+        return p / p.sum()
+
+    def __call__(self, ids, cache=None):
+        # ids (N, 1 + t): the prompt's one token, then what was generated; (N, V) -> (N, 1, V)
+        return Tensor(np.log([self.probabilities(row[1:]) for row in ids])[:, None])
+
+    def eval(self):
+        return self
+
+    def train(self, mode=True):
+        return self
+
+    def log_p(self, text) -> float:
+        return float(sum(np.log(self.probabilities(text[:i])[t]) for i, t in enumerate(text)))
+
+
+def beam_search(model: TableLM, limit: int, k: int, alpha: float = 0.0, **kwargs):
+    return decoding.generate(model, np.zeros((1, 1), int), limit, num_beams=k, end_id=END,
+                             length_penalty=alpha, **kwargs)
+
+
+def finished_texts(result) -> list:
+    return [tuple(h.tokens.tolist()) for h in result.finished[0]]
+
+
+def best_texts(model: TableLM, limit: int, k: int, alpha: float) -> list:
+    """Exhaustive: every text that stops at its first END or at the limit, the k best by
+    log p / lp(length), best first."""
+    texts = set()
+    for tokens in itertools.product(range(model.n_vocab), repeat=limit):
+        texts.add(tokens[:tokens.index(END) + 1] if END in tokens else tokens)
+    ranked = sorted(texts, key=lambda t: -model.log_p(t) / length_penalty(len(t), alpha))
+    return ranked[:k]
+
+
+def test_with_an_end_token_ours_pools_every_end_extension_huggingface_only_those_in_the_beam():
+    """Step 1 ranks END third of three (p .2): HuggingFace's rule (finish="in_beam") does not
+    finish it, ours does; at step 2 "a END" (.15) ranks third of six, likewise. So HuggingFace
+    answers "a a END" (.105), ours END (.2): the best of every text, by an exhaustive search."""
+    model = TableLM({(): [.5, .3, .2], (A,): [.35, .35, .3], (A, A): [.25, .15, .6],
+                     (A, B): [.5, .3, .2]})
+    ours, theirs = beam_search(model, 3, 2), beam_search(model, 3, 2, finish="in_beam")
+    assert finished_texts(ours) == [(END,), (A, END)]
+    assert finished_texts(theirs) == [(A, A, END), (A, B, A)]
+    assert ours.tokens.tolist() == [[END]] and theirs.tokens.tolist() == [[A, A, END]]
+    assert abs(ours.scores[0] - np.log(.2)) <= TOL
+    assert abs(theirs.scores[0] - np.log(.5 * .35 * .6)) <= TOL
+    assert finished_texts(ours)[:1] == best_texts(model, 3, 1, 0.0)
+    assert beam_search(model, 3, 2, finish="every").tokens.tolist() == [[END]]   # the default
+
+
+@pytest.mark.parametrize("name", list(TINY_MODELS))
+def test_every_end_extension_ranks_the_answer_at_least_as_high_as_huggingfaces_rule(name):
+    """The live beams are the same under both rules and ours pools a superset of the finished
+    texts, so its answer's score / lp is never lower; on these models it is higher somewhere."""
+    gains = []
+    for seed in range(3):
+        model = TINY_MODELS[name](V=7, seed=seed)
+        ours = decode(model, 8, num_beams=3, end_id=6, length_penalty=0.6)
+        theirs = decode(model, 8, num_beams=3, end_id=6, length_penalty=0.6, finish="in_beam")
+        gain = [o[0].ranked - t[0].ranked for o, t in zip(ours.finished, theirs.finished)]
+        assert min(gain) >= -TOL
+        gains.extend(gain)
+    assert max(gains) > 1e-6
+
+
+def test_a_row_stops_only_when_no_live_sum_over_lp_of_the_limit_beats_the_worst_finished():
+    """α = 2, k = 2, limit 4. After step 2 the finished are END (.4) and "b END" (.294); the live
+    "a a" (.225) over lp(2) could not beat them, over lp(4) it can, and "a a a END" (.216) ranks
+    first. The search must go on and find the 2 best of every text."""
+    model = TableLM({(): [.3, .3, .4], (A,): [.75, .05, .2], (B,): [.01, .01, .98],
+                     (A, A): [.98, .01, .01], (A, A, A): [.01, .01, .98]})
+    result = beam_search(model, 4, 2, alpha=2.0)
+    assert finished_texts(result) == best_texts(model, 4, 2, 2.0) == [(A, A, A, END), (B, END)]
+    assert result.n_forward == 4
+
+
+def test_the_finished_list_is_the_k_best_in_order_the_bar_is_the_worst_of_them():
+    """α = 0, k = 2, limit 3. After step 2 the finished are END (.5) and "b END" (.09); the live
+    "a a" (.3) cannot beat the best but can beat the worst, and "a a END" (.294) is second best."""
+    model = TableLM({(): [.4, .1, .5], (A,): [.75, .05, .2], (B,): [.05, .05, .9],
+                     (A, A): [.01, .01, .98]})
+    result = beam_search(model, 3, 2)
+    assert finished_texts(result) == best_texts(model, 3, 2, 0.0) == [(END,), (A, A, END)]
+    ranked = [h.ranked for h in result.finished[0]]
+    assert ranked == sorted(ranked, reverse=True)
+
+
+def drawn(model: TableLM, n: int = 400, **filters) -> set:
+    """The tokens n seeded one-step draws took: with this many, every token kept (here at least
+    1/6 of the mass each) shows up."""
+    result = decoding.generate(model, np.zeros((n, 1), int), 1, sample=True, rng=0, **filters)
+    return set(result.tokens[:, 0].tolist())
+
+
+def test_top_k_keeps_exactly_k_tokens_ties_at_the_kth_place_go_to_the_lowest_id_as_argmax():
+    """Logits tied at the 3rd place (ids 2, 4, 5): top_k=3 keeps ids 1, 3 and 2 (HuggingFace
+    keeps all five); tied at the top, top_k=1 keeps greedy's argmax, the lower id."""
+    model = TableLM({(): [1, 3, 2, 3, 2, 2]}, n_vocab=6)
+    assert drawn(model, top_k=3) == {1, 2, 3}
+    assert drawn(model) == set(range(6))                             # unfiltered: all six
+    tied_top = TableLM({(): [2, 4, 4]})
+    greedy = decoding.generate(tied_top, np.zeros((1, 1), int), 1).tokens[0, 0]
+    assert drawn(tied_top, top_k=1) == {greedy} == {1}
+
+
+def test_top_p_keeps_a_token_while_the_mass_ranked_above_it_is_below_p_ties_by_id():
+    """Four equally likely tokens, 1/4 each (exact in binary): the mass above the j-th is j/4, so
+    top_p=0.5 keeps ids 0 and 1 (their mass reaches p exactly) and top_p=0.75 ids 0 to 2."""
+    model = TableLM({(): [1, 1, 1, 1]}, n_vocab=4)
+    assert drawn(model, top_p=0.5) == {0, 1}
+    assert drawn(model, top_p=0.75) == {0, 1, 2}
+    assert drawn(model, top_p=0.76) == {0, 1, 2, 3}

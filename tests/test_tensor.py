@@ -359,6 +359,33 @@ def test_error_permute_and_pow():
         leaf((2,)) ** 0.5
 
 
+def test_indexing_or_iterating_a_tensor_points_at_numpy():
+    t = Tensor(np.arange(6.0).reshape(2, 3))
+    for index in (lambda: t[0], lambda: t[:, 1:], lambda: t[np.array([1, 0])]):
+        with pytest.raises(TypeError, match=r"^Tensor: indexing \(t\[...\]\) is not one of "
+                                            r"tensor.py's primitives, so autodiff could not "
+                                            r"follow it; read the values with t.numpy\(\)\[...\], "
+                                            r"or pick rows differentiably with embedding\(t, "
+                                            r"ids\)$"):
+            index()
+    for iterate in (lambda: list(t), lambda: [row for row in t]):
+        with pytest.raises(TypeError, match=r"^Tensor: iterating over a Tensor is not one of "
+                                            r"tensor.py's primitives; iterate over t.numpy\(\) to "
+                                            r"read the values$"):
+            iterate()
+    assert t.numpy()[1, 2] == 5.0 and embedding(t, [1]).numpy().tolist() == [[3.0, 4.0, 5.0]]
+
+
+def test_a_numpy_array_left_of_matmul_is_wrapped_as_on_the_right_and_as_in_the_other_ops():
+    a = np.arange(6.0).reshape(2, 3)
+    b = tensor.tensor(np.arange(12.0).reshape(3, 4), requires_grad=True)
+    product = a @ b
+    np.testing.assert_array_equal(product.numpy(), a @ b.numpy())
+    product.sum().backward()
+    np.testing.assert_array_equal(b.grad, a.T @ np.ones((2, 4)))          # d sum(a b) / db
+    np.testing.assert_array_equal(product.numpy(), (Tensor(a) @ b).numpy())
+
+
 def test_item():
     assert tensor.tensor([[2.5]]).item() == 2.5
     assert tensor.tensor(3.0).item() == 3.0

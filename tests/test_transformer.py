@@ -551,6 +551,52 @@ def test_softmax_loss_with_float_targets_says_targets_must_be_integer_class_ids(
     assert transformer.softmax_loss(leaf((0, 5)), []).shape == (0,)  # [] is float64, but empty
 
 
+def test_token_ids_given_as_a_tensor_are_refused_with_the_numpy_call_that_gives_ids():
+    ids = Tensor(np.array([[1, 2, 0]]))
+    fix = r"must be integers in a numpy array \(or nested lists\), got a Tensor of shape "
+    with pytest.raises(TypeError, match=rf"DecoderLM: token ids {fix}\(1, 3\); pass "
+                                        r"ids.numpy\(\).astype\(int\)$"):
+        transformer.DecoderLM(V, D, H, n_positions=S, n_layers=1)(ids)
+    with pytest.raises(TypeError, match=rf"softmax_loss: target class ids {fix}\(2,\)"):
+        transformer.softmax_loss(leaf((2, V)), Tensor(np.array([0, 1])))
+    with pytest.raises(TypeError, match=rf"lm_loss: targets {fix}\(1, 3\)"):
+        transformer.lm_loss(leaf((1, S, V)), ids)
+
+
+def test_lm_loss_names_the_shapes_it_expects_and_points_2d_logits_at_softmax_loss():
+    with pytest.raises(ValueError, match=r"^lm_loss: expected logits \(B, S, V\) and targets "
+                                         r"\(B, S\), got \(3, 5\) and \(3,\); for \(N, C\) "
+                                         r"logits use softmax_loss$"):
+        transformer.lm_loss(leaf((S, V)), np.zeros(S, int))
+    with pytest.raises(ValueError, match=r"^lm_loss: expected logits \(B, S, V\) and targets "
+                                         r"\(B, S\), got \(2, 3, 5\) and \(2, 4\)$"):
+        transformer.lm_loss(leaf((B, S, V)), np.zeros((B, S + 1), int))
+    with pytest.raises(ValueError, match=r"got \(2, 3, 5\) and \(6,\)$"):   # flat: not (B, S)
+        transformer.lm_loss(leaf((B, S, V)), np.zeros(B * S, int))
+
+
+@pytest.mark.parametrize("pre_ln", [True, False])
+def test_a_numpy_array_given_to_a_module_says_to_wrap_it_with_tensor_tensor(pre_ln):
+    x = np.zeros((B, S, D))
+    wrap = (r" must be a tensor.py Tensor, got numpy.ndarray; wrap it with tensor.tensor\(x\) "
+            r"\(requires_grad=True if you want its gradient\)$")
+    modules = {r"Linear\(4, 4\): input": transformer.Linear(D, D),
+               r"LayerNorm\(4\): input": transformer.LayerNorm(D),
+               "MultiHeadAttention: x": transformer.MultiHeadAttention(D, H),
+               r"Linear\(4, 16\): input": transformer.FeedForward(D),
+               # the layer's first sub-module speaks: ln_1 (Pre-LN) or the attention (Post-LN)
+               (r"LayerNorm\(4\): input" if pre_ln else "MultiHeadAttention: x"):
+                   transformer.TransformerLayer(D, H, pre_ln=pre_ln)}
+    for who, module in modules.items():
+        with pytest.raises(TypeError, match=who + wrap):
+            module(x)
+        assert module(tensor.tensor(x)).shape[:2] == (B, S)        # wrapped, it computes
+    with pytest.raises(TypeError, match="lm_loss: logits" + wrap):
+        transformer.lm_loss(np.zeros((B, S, V)), np.zeros((B, S), int))
+    with pytest.raises(TypeError, match="softmax_loss: logits" + wrap):
+        transformer.softmax_loss(np.zeros((B, V)), np.zeros(B, int))
+
+
 def test_a_length_0_sequence_gives_empty_logits_as_torch_does():
     model = transformer.DecoderLM(V, D, H, n_positions=S, n_layers=1).eval()
     logits = model(np.zeros((2, 0), dtype=np.int64))

@@ -134,6 +134,16 @@ class Tensor:
     def numpy(self) -> np.ndarray:
         return self.data
 
+    def __getitem__(self, key):
+        # without it Python says only "not subscriptable"; slicing is no primitive here (notes §9.1)
+        raise TypeError("Tensor: indexing (t[...]) is not one of tensor.py's primitives, so "
+                        "autodiff could not follow it; read the values with t.numpy()[...], or "
+                        "pick rows differentiably with embedding(t, ids)")
+
+    def __iter__(self):
+        raise TypeError("Tensor: iterating over a Tensor is not one of tensor.py's primitives; "
+                        "iterate over t.numpy() to read the values")
+
     def item(self) -> float:
         return float(self.data.item())  # .item(): numpy 2 refuses float() of a (1, 1) array
 
@@ -391,6 +401,9 @@ class Tensor:
 
     def __rtruediv__(self, other):
         return self._wrap(other) / self
+
+    def __rmatmul__(self, other):
+        return self._wrap(other) @ self
 
     def __pow__(self, exponent: int):
         if not isinstance(exponent, int) or exponent < 1:

@@ -9,7 +9,8 @@ beside it).
 - generate, translate .... the loop for a decoder-only LM (continue a prompt) and for the paper's
                             encoder-decoder (encode once, decode from bos)
 - _decode ................ greedy and sampling: temperature, top-k and top-p (nucleus) filters
-- _beam_search ........... the paper's beam search with Wu et al.'s length_penalty
+- _beam_search ........... the paper's beam search with Wu et al.'s length_penalty; with an
+                            end token, finish= picks ours or HuggingFace's rule
 
 A model is anything whose forward takes `cache=` (a DecoderLM's `model(ids, cache=...)`, an
 EncoderDecoder's `decode(..., cache=...)`) and that makes its caches with new_cache; the cache calls
@@ -133,7 +134,7 @@ class Generation:
 def generate(model, prompt, max_new_tokens: int, *, sample: bool = False,
              temperature: float = 1.0, rng=None, end_id: int | None = None, pad_id: int = 0,
              use_cache: bool = True, num_beams: int = 1, length_penalty: float = 0.0,
-             top_k: int | None = None, top_p: float = 1.0) -> Generation:
+             finish: str = "every", top_k: int | None = None, top_p: float = 1.0) -> Generation:
     """Continue every prompt row of a DecoderLM by up to max_new_tokens tokens, one per step
     (exercise 11). What DecoderLM.generate does.
 
@@ -143,23 +144,34 @@ def generate(model, prompt, max_new_tokens: int, *, sample: bool = False,
         sample: False: greedy (the argmax); True: draw from softmax(logits / temperature) with
             rng, a np.random.Generator (or an int seed), so a seed fixes every draw
         top_k, top_p: sampling only: draw from the top_k largest logits, then from the
-            smallest set of those whose probability reaches top_p (nucleus sampling)
+            smallest set of those whose probability reaches top_p (nucleus sampling). Ties go to
+            the lower token id, as greedy's argmax: top_k keeps exactly top_k tokens even when
+            logits tie at the k-th place (HuggingFace keeps every tied token), and top_p ranks
+            equal probabilities by id
         num_beams: 1 greedy; k > 1 beam search with k hypotheses per row (see _beam_search)
         length_penalty: beam search's α: finished text ranked by its sum of log-probabilities
             / ((5 + |Y|)/6)^α; 0 (the default) by the sum alone, 0.6 the paper's
-        end_id: a row stops after this token; later steps give it pad_id
+        finish: beam search with end_id: "every" (ours) pools the end extension of every live
+            hypothesis; "in_beam" (HuggingFace's and fairseq's rule) only an end extension that
+            ranks among the step's num_beams best extensions (see _beam_search)
+        end_id: a row stops after this token; later steps give it pad_id (both token ids)
         use_cache: False reruns the whole prefix every step (the baseline the cache is timed
             against)
     Returns:
         Generation: tokens (B, T), lengths (B,), logits (B, T, n_vocab), n_forward,
         positions_computed, scores (B,); num_beams > 1: finished
     """
+    if isinstance(prompt, Tensor):
+        raise TypeError(f"DecoderLM.generate: the prompt must be token ids, integers in a numpy "
+                        f"array (or nested lists), got a Tensor of shape {prompt.shape}; pass "
+                        f"prompt.numpy().astype(int)")
     prompt = np.asarray(prompt)
     if prompt.ndim != 2 or prompt.shape[1] == 0:
         raise ValueError(f"DecoderLM.generate: expected a prompt of shape (B, P) with P >= 1, "
                          f"got {prompt.shape}")
     rng = _check_decoding("DecoderLM.generate", max_new_tokens, sample, temperature, rng,
-                          num_beams, length_penalty, top_k, top_p)
+                          num_beams, length_penalty, finish, top_k, top_p)
+    _check_end_and_pad_ids("DecoderLM.generate", model.n_vocab, end_id, pad_id)
     if not all(layer.attention.causal for layer in model.layers):
         raise ValueError("DecoderLM.generate: the model is not causal (causal=False): each "
                          "position sees the future, so it cannot generate left to right")
@@ -187,15 +199,15 @@ def generate(model, prompt, max_new_tokens: int, *, sample: bool = False,
 
     with _decoding(model):
         return _decode(step, np.full(prompt.shape[0], max_new_tokens), model.n_vocab, sample,
-                       temperature, rng, end_id, pad_id, num_beams, length_penalty, top_k,
-                       top_p, reorder=None if cache is None else _reorder(cache))
+                       temperature, rng, end_id, pad_id, num_beams, length_penalty, finish,
+                       top_k, top_p, reorder=None if cache is None else _reorder(cache))
 
 
 def translate(model, src, src_pad_mask=None, max_new_tokens: int | None = None, *,
              sample: bool = False, temperature: float = 1.0, rng=None,
              end_id: int | None = None, pad_id: int = 0, use_cache: bool = True,
-             num_beams: int = 1, length_penalty: float = 0.0, top_k: int | None = None,
-             top_p: float = 1.0) -> Generation:
+             num_beams: int = 1, length_penalty: float = 0.0, finish: str = "every",
+             top_k: int | None = None, top_p: float = 1.0) -> Generation:
     """Translate with an EncoderDecoder: encode the source once, then decode from bos_id one token
     per step (notes §1.1). What EncoderDecoder.generate does.
 
@@ -203,8 +215,8 @@ def translate(model, src, src_pad_mask=None, max_new_tokens: int | None = None, 
         src: (B, S) source ids; src_pad_mask: (B, S), True at padded positions
         max_new_tokens: None: each row's own source length + 50 (the paper's limit, notes §7.6),
             at most n_positions; an int >= 0: the same limit for every row
-        sample, temperature, rng, top_k, top_p, num_beams, length_penalty, end_id, pad_id:
-            as generate (the paper: num_beams=4, length_penalty=0.6)
+        sample, temperature, rng, top_k, top_p, num_beams, length_penalty, finish, end_id,
+            pad_id: as generate (the paper: num_beams=4, length_penalty=0.6)
         use_cache: False reruns the decoder over the whole prefix every step (the encoder runs
             once either way, on each source once, whatever num_beams; the cache also keeps the
             cross-attention keys/values of the memory)
@@ -215,7 +227,8 @@ def translate(model, src, src_pad_mask=None, max_new_tokens: int | None = None, 
     src = model.check_ids(src, "source")
     src_pad_mask = model.check_pad_mask(src_pad_mask, src, "src_pad_mask", "source")
     rng = _check_decoding("EncoderDecoder.generate", max_new_tokens, sample, temperature, rng,
-                          num_beams, length_penalty, top_k, top_p)
+                          num_beams, length_penalty, finish, top_k, top_p)
+    _check_end_and_pad_ids("EncoderDecoder.generate", model.n_vocab, end_id, pad_id)
     if max_new_tokens is None:
         src_lengths = src.shape[1] - (0 if src_pad_mask is None else src_pad_mask.sum(axis=1))
         limits = np.minimum(np.broadcast_to(src_lengths + 50, (src.shape[0],)),
@@ -248,7 +261,7 @@ def translate(model, src, src_pad_mask=None, max_new_tokens: int | None = None, 
             return _last_position(logits), ids.shape[1]
 
         return _decode(step, limits, model.n_vocab, sample, temperature, rng, end_id, pad_id,
-                       num_beams, length_penalty, top_k, top_p,
+                       num_beams, length_penalty, finish, top_k, top_p,
                        reorder=None if cache is None else _reorder(cache))
 
 
@@ -260,8 +273,11 @@ def length_penalty(length, alpha: float):
     return ((5.0 + np.asarray(length, dtype=float)) / 6.0) ** alpha
 
 
+FINISH_RULES = ("every", "in_beam")     # beam search's rules for end extensions (_beam_search)
+
+
 def _check_decoding(who: str, max_new_tokens, sample: bool, temperature: float, rng,
-                    num_beams=1, length_penalty=0.0, top_k=None, top_p=1.0):
+                    num_beams=1, length_penalty=0.0, finish="every", top_k=None, top_p=1.0):
     if max_new_tokens is not None and (not isinstance(max_new_tokens, (int, np.integer))
                                        or max_new_tokens < 0):
         raise ValueError(f"{who}: max_new_tokens must be an integer >= 0, got {max_new_tokens!r}; "
@@ -278,6 +294,10 @@ def _check_decoding(who: str, max_new_tokens, sample: bool, temperature: float, 
         raise ValueError(f"{who}: length_penalty must be >= 0 (α in lp(Y) = ((5 + |Y|)/6)^α), got "
                          f"{length_penalty!r}; 0 ranks by the sum of log-probabilities alone, 0.6 "
                          f"is the paper's")
+    if finish not in FINISH_RULES:
+        raise ValueError(f"{who}: finish must be 'every' (every end extension finishes) or "
+                         f"'in_beam' (HuggingFace's rule: only one ranked among the num_beams "
+                         f"best), got {finish!r}")
     if top_k is not None and (not isinstance(top_k, (int, np.integer)) or isinstance(top_k, bool)
                               or top_k < 1):
         raise ValueError(f"{who}: top_k must be an integer >= 1 (the largest logits kept), got "
@@ -301,6 +321,19 @@ def _check_decoding(who: str, max_new_tokens, sample: bool, temperature: float, 
         raise ValueError(f"{who}: sampling needs rng=np.random.default_rng(seed) (or an int "
                          f"seed), so that a seed fixes every draw; got {rng!r}")
     return rng
+
+
+def _check_end_and_pad_ids(who: str, n_vocab: int, end_id, pad_id):
+    """end_id (or None) and pad_id are token ids of the model: a finished row is fed pad_id."""
+    for name, value, hint in (
+            ("end_id", end_id, "pass the end token's id, or None to stop only at the limit"),
+            ("pad_id", pad_id, "pass any id the model knows: a finished row is fed it")):
+        if value is None and name == "end_id":
+            continue
+        if (isinstance(value, bool) or not isinstance(value, (int, np.integer))
+                or not 0 <= value < n_vocab):
+            raise ValueError(f"{who}: {name} must be a token id of the model, an integer in "
+                             f"0..{n_vocab - 1}, got {value!r}; {hint}")
 
 
 @contextmanager
@@ -337,8 +370,10 @@ def _kept_tokens(logits: np.ndarray, scaled: np.ndarray, top_k: int | None,
                  top_p: float) -> np.ndarray:
     """(B, V) True at the tokens sampling may draw: the top_k largest logits, then of those the
     smallest set, most likely first, whose probability under softmax(scaled) reaches top_p
-    (nucleus sampling, Holtzman et al. 2019). Ranked by the logits themselves, so that top_k=1
-    keeps exactly greedy's argmax (ties: the first)."""
+    (nucleus sampling, Holtzman et al. 2019). Ranked by the logits themselves, ties by token id
+    (a stable sort), so that top_k=1 keeps exactly greedy's argmax (ties: the first), top_k keeps
+    exactly k tokens when logits tie at the k-th place (HuggingFace's top_k keeps every tied
+    token), and top_p takes equally likely tokens in id order."""
     order = np.argsort(-logits, axis=-1, kind="stable")              # most likely first
     kept = np.ones(logits.shape, dtype=bool)
     if top_k is not None:
@@ -372,13 +407,15 @@ def _choose_tokens(logits: Tensor, sample: bool, temperature: float, rng, top_k:
 
 def _decode(step, limits: np.ndarray, n_vocab: int, sample: bool, temperature: float, rng,
             end_id: int | None, pad_id: int, num_beams: int = 1, alpha: float = 0.0,
-            top_k: int | None = None, top_p: float = 1.0, reorder=None) -> Generation:
+            finish: str = "every", top_k: int | None = None, top_p: float = 1.0,
+            reorder=None) -> Generation:
     """The loop both generate methods share. step(generated (B·num_beams, t)) -> (next logits
     (B·num_beams, V), positions it ran per row). Row b stops after end_id or after limits[b]
     tokens; the batch stops when every row has. num_beams > 1: _beam_search, with reorder(rows)
     reordering the KV cache (None without one)."""
     if num_beams > 1:
-        return _beam_search(step, limits, n_vocab, num_beams, alpha, end_id, pad_id, reorder)
+        return _beam_search(step, limits, n_vocab, num_beams, alpha, end_id, pad_id, reorder,
+                            finish)
     batch_size = len(limits)
     generated = np.zeros((batch_size, 0), dtype=np.int64)
     lengths = np.zeros(batch_size, dtype=np.int64)
@@ -420,14 +457,34 @@ def _keep_best(pool: list, hypothesis: Hypothesis, size: int):
     del pool[size:]
 
 
+def _ending_beams(candidates: np.ndarray, sums: np.ndarray, end_id: int, k: int,
+                 finish: str) -> np.ndarray:
+    """The live beams of one row whose end extension finishes this step: every one, or with
+    finish="in_beam" those whose end extension ranks among the k best of the row's k·V
+    extensions, candidates (k, V) (ties: the lower parent · V + token)."""
+    beams = np.flatnonzero(np.isfinite(sums))
+    if finish == "in_beam":
+        # (k, V) -> (k·V,): the k best as flat indices parent · V + token
+        best = np.argsort(-candidates.reshape(-1), kind="stable")[:k]
+        beams = beams[np.isin(beams * candidates.shape[1] + end_id, best)]
+    return beams
+
+
 def _beam_search(step, limits: np.ndarray, n_vocab: int, k: int, alpha: float,
-                 end_id: int | None, pad_id: int, reorder) -> Generation:
+                 end_id: int | None, pad_id: int, reorder, finish: str = "every") -> Generation:
     """Beam search with k hypotheses per row (Wu et al. 2016, the paper's decoding). Each step
-    ranks the k·V extensions of a row's live hypotheses by their sum of log-probabilities: those
-    that emit end_id are set aside as finished, the k best others stay live. A row's search ends at
+    ranks the k·V extensions of a row's live hypotheses by their sum of log-probabilities: the k
+    best that do not emit end_id stay live, and those that emit it finish. A row's search ends at
     its limit (its live hypotheses then finish too), or once k are finished and no live one can
     still beat the worst of them: log-probabilities only fall, so a live sum s can at best become
-    s / lp(limit). The answer: the finished hypothesis with the best score / lp(|Y|)."""
+    s / lp(limit). The answer: the finished hypothesis with the best score / lp(|Y|).
+
+    Which end extensions finish: finish="every" (ours) pools the end extension of every live
+    hypothesis; finish="in_beam" (HuggingFace's generate(num_beams=...) and fairseq) only those
+    that rank among the step's k best extensions, end or not. The live beams are the same under
+    both rules, and "every" sees a superset of the finished texts, so its answer ranks at least as
+    high (score / lp); where the two differ, a student comparing with HuggingFace sees other
+    text. (HuggingFace also divides by |Y|^α, not Wu's lp, and stops by its own bound.)"""
     batch_size = len(limits)
     rows = np.arange(batch_size)[:, None]                            # (B, 1)
     tokens = np.zeros((batch_size, k, 0), dtype=np.int64)            # (B, k, t) the live beams
@@ -456,7 +513,7 @@ def _beam_search(step, limits: np.ndarray, n_vocab: int, k: int, alpha: float,
                                           axis=2)
         for b in np.flatnonzero(~done):
             if end_id is not None:
-                for j in np.flatnonzero(np.isfinite(sums[b])):
+                for j in _ending_beams(candidates[b], sums[b], end_id, k, finish):
                     score = candidates[b, j, end_id]
                     _keep_best(pools[b], Hypothesis(
                         np.append(tokens[b, j], end_id), float(score),

@@ -19,7 +19,7 @@ import paths  # noqa: F401  (makes lecture 5's tensor.py importable)
 import decoding
 from tensor import Tensor
 from transformer import (Dropout, Embedding, FeedForward, LayerNorm, Module, MultiHeadAttention,
-                         TransformerLayer, sinusoidal_positions)
+                         TransformerLayer, check_token_ids, sinusoidal_positions)
 
 
 class EncoderLayer(TransformerLayer):
@@ -134,7 +134,7 @@ class EncoderDecoder(Module):
     def check_ids(self, ids, what: str, start: int = 0) -> np.ndarray:
         """(B, S) source or target ids at positions start.. as an array, S >= 1 and within
         n_positions."""
-        ids = np.asarray(ids)
+        ids = check_token_ids("EncoderDecoder", ids, f"{what} token ids")
         if ids.ndim != 2 or ids.shape[1] == 0:
             raise ValueError(f"EncoderDecoder: expected {what} token ids of shape (B, S) with "
                              f"S >= 1, got {ids.shape}")

@@ -10,7 +10,7 @@ the part of the notes (and of the paper, Vaswani et al. 2017) it follows:
 - logsumexp, softmax, gelu ........... §9.1 (max subtracted; tanh GELU as x·sigmoid(2u))
 - sinusoidal_frequencies, _positions . §4.2
 - softmax_loss, lm_loss .............. §9.1 HW3 Problem 1 (logsumexp(z) - z_y); next-token loss
-- check_sizes, check_pad_mask ........ the checks behind the modules' error messages
+- check_tensor, check_token_ids, ...  the checks behind the modules' error messages
 - Parameter, Module .................. named parameters, train/eval, parameter counts
 - Linear, Embedding, Dropout ......... §4.1, §7.2 (inverted dropout; identity in eval mode)
 - LayerNorm .......................... §5.3 (biased variance, eps inside the sqrt, like torch)
@@ -120,7 +120,8 @@ def softmax_loss(logits: Tensor, target) -> Tensor:
     Returns:
         loss: (N,); its gradient with respect to logits is softmax(z) - onehot(y)
     """
-    target = np.asarray(target)
+    check_tensor("softmax_loss", logits, "logits")
+    target = check_token_ids("softmax_loss", target, "target class ids")
     if logits.ndim != 2 or target.shape != logits.shape[:1]:
         raise ValueError(f"softmax_loss: expected logits (N, C) and target (N,), "
                          f"got {logits.shape} and {target.shape}")
@@ -147,8 +148,14 @@ def lm_loss(logits: Tensor, targets, ignore_index: int = -100) -> Tensor:
     the mean is over the other positions, and the ignored ones get exactly zero gradient. Use it for
     padding, or to train only on the target half of a decoder-only translation (notes §6.3).
     """
+    check_tensor("lm_loss", logits, "logits")
+    targets = check_token_ids("lm_loss", targets, "targets")
+    if logits.ndim != 3 or targets.shape != logits.shape[:2]:
+        raise ValueError(f"lm_loss: expected logits (B, S, V) and targets (B, S), got "
+                         f"{logits.shape} and {targets.shape}"
+                         + ("; for (N, C) logits use softmax_loss" if logits.ndim == 2 else ""))
     batch_size, seq_len, n_vocab = logits.shape
-    targets = np.asarray(targets).reshape(-1)
+    targets = targets.reshape(-1)                                  # (B, S) -> (B·S,)
     keep = targets != ignore_index
     n_kept = int(keep.sum())
     if n_kept == 0:  # F.cross_entropy returns nan here
@@ -161,6 +168,24 @@ def lm_loss(logits: Tensor, targets, ignore_index: int = -100) -> Tensor:
 
 
 # ---- checks behind the error messages ------------------------------------------------------------
+def check_tensor(owner: str, x, what: str = "input"):
+    """Modules compute on tensor.py Tensors; a numpy array would fail deep inside, at the first
+    method numpy lacks or the first `@` with a Parameter."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{owner}: {what} must be a tensor.py Tensor, got "
+                        f"{type(x).__module__}.{type(x).__name__}; wrap it with "
+                        f"tensor.tensor(x) (requires_grad=True if you want its gradient)")
+
+
+def check_token_ids(owner: str, ids, what: str = "token ids") -> np.ndarray:
+    """ids as a numpy array. A Tensor is refused: numpy would hold it whole, as one object of shape
+    (), and ids are looked up, not differentiated."""
+    if isinstance(ids, Tensor):
+        raise TypeError(f"{owner}: {what} must be integers in a numpy array (or nested lists), "
+                        f"got a Tensor of shape {ids.shape}; pass ids.numpy().astype(int)")
+    return np.asarray(ids)
+
+
 def check_sizes(owner: str, **sizes):
     """Each size=(value, least allowed) must be an int (not a bool) of at least that value."""
     for name, (value, least) in sizes.items():
@@ -252,6 +277,7 @@ class Linear(Module):
         Returns:
             (..., out_size)
         """
+        check_tensor(f"Linear({self.in_size}, {self.out_size})", x)
         if x.shape[-1] != self.in_size:
             raise ValueError(f"Linear({self.in_size}, {self.out_size}): input's last dimension is "
                              f"{x.shape[-1]} (shape {x.shape}), expected {self.in_size}")
@@ -315,6 +341,7 @@ class LayerNorm(Module):
         Returns:
             (..., dim), each row normalised on its own
         """
+        check_tensor(f"LayerNorm({self.dim})", x)
         if x.shape[-1] != self.dim:
             raise ValueError(f"LayerNorm({self.dim}): input's last dimension is {x.shape[-1]} "
                              f"(shape {x.shape})")
@@ -425,6 +452,7 @@ class MultiHeadAttention(Module):
         Returns:
             (B, S, D)
         """
+        check_tensor("MultiHeadAttention", x, "x")
         if x.ndim != 3 or x.shape[-1] != self.n_embd:
             raise ValueError(f"MultiHeadAttention: expected x of shape (B, S, {self.n_embd}), "
                              f"got {x.shape}")
@@ -536,7 +564,7 @@ class DecoderLM(Module):
 
     def embed(self, idx, start: int = 0) -> Tensor:
         """(B, S) ids at positions start.. -> (B, S, D) token + position embeddings."""
-        idx = np.asarray(idx)
+        idx = check_token_ids("DecoderLM", idx)
         if idx.ndim != 2:
             raise ValueError(f"DecoderLM: expected token ids of shape (B, S), got {idx.shape}")
         seq_len = start + idx.shape[1]      # with a cache, the positions before start count too
