@@ -360,68 +360,6 @@ def test_training_scores_every_position_in_one_pass_generation_needs_one_pass_pe
     assert "forward" not in vars(model)
 
 
-def _window(text):
-    return city_lab.encode(text)[None]
-
-
-def test_scoring_counts_what_the_language_allows_with_its_exact_probabilities():
-    text = ("<bos> anna lives in paris . she travels from paris to rome by bus . "
-            "she returns from rome to paris by bus .")
-    window = _window(text)
-    r = m.score_against_the_language(window, prompt_len=6)
-    # (L - 1, V): p of token t at row t - 1
-    p = city_lab.true_distributions(window)[0]
-    expected = [math.log(p[t - 1, window[0, t]]) for t in range(6, window.shape[1])]
-    assert (r["scored"] == len(expected) and r["forbidden"] == 0 and r["clean"] == 1
-            and r["allowed"] == 1.0)
-    assert r["log_p_per_token"] == pytest.approx(np.mean(expected), rel=1e-12)
-    assert r["sentences"] == 2 and r["repeated"] == 0.0
-
-
-def test_scoring_stops_at_the_first_forbidden_token():
-    # DEST is never HOME
-    bad = _window("<bos> anna lives in paris . she travels from paris to paris by bus .")
-    r = m.score_against_the_language(bad, prompt_len=6)
-    # she travels from paris to [paris]
-    assert r["scored"] == 6 and r["forbidden"] == 1 and r["clean"] == 0
-    assert r["allowed"] == pytest.approx(5 / 6, rel=1e-15)
-    p = city_lab.true_distributions(
-        _window("<bos> anna lives in paris . she travels from paris to"))[0]
-    allowed = city_lab.encode("she travels from paris to")
-    assert r["log_p_per_token"] == pytest.approx(np.mean(np.log(p[np.arange(5, 10), allowed])),
-                                                 rel=1e-12)
-    assert m._first_forbidden(bad[0], 6) == 11
-    assert m._marked(bad[0], 6) == "she travels from paris to [paris ✗] …"
-    again = m.score_against_the_language(
-        _window("<bos> anna lives in paris . paris is sunny . paris is sunny ."), 6)
-    assert again["sentences"] == 2 and again["repeated"] == 0.5
-
-
-def test_the_languages_own_windows_score_their_known_probabilities():
-    test = city_lab.test_set()
-    windows = np.concatenate([test.x, test.y[:, -1:]], axis=1)[:16, :city_lab.SEQ_LEN]
-    r = m.score_against_the_language(windows, prompt_len=6)
-    assert r["allowed"] == 1.0 and r["clean"] == 16 and r["scored"] == 16 * 26
-    assert r["log_p_per_token"] == pytest.approx(np.log(test.p_y[:16, 5:31]).mean(), rel=1e-12)
-
-
-def test_float64_copy_computes_what_the_float32_torch_model_computes():
-    import city_train
-    import torch
-    original = city_train.build_model(**m.CITY_MODEL, seed=3)
-    ours = m.float64_copy(original.state_dict())
-    x = city_lab.test_set().x[:4]
-    with torch.no_grad():
-        theirs = original(torch.from_numpy(np.array(x))).double().numpy()
-    with transformer.no_grad():
-        # float32 rounding, nothing more
-        assert np.abs(ours(x).data - theirs).max() <= 1e-4
-    broken = dict(original.state_dict())
-    broken["lm_head.weight"] = broken.pop("lm_head.weights")
-    with pytest.raises(ValueError, match="parameter names differ"):
-        m.float64_copy(broken)
-
-
 def test_weights_handed_to_a_worker_as_plain_data_are_the_same_bits():
     import city_train
     import json

@@ -30,6 +30,7 @@ import city_lab
 import city_train
 import runner
 import tensor
+import torch_ref
 import transformer
 from tensor import Tensor, no_grad
 
@@ -834,26 +835,6 @@ def constant_lr_models(seeds) -> dict[int, city_train.TrainResult]:
     return dict(zip(seeds, city_train.train_many([constant_lr_run(seed) for seed in seeds])))
 
 
-def float64_copy(state_dict: dict, n_head: int = CITY_MODEL["n_head"]) -> transformer.DecoderLM:
-    """transformer.DecoderLM (float64, tensor.py) holding the weights of a city_train model
-    (float32, torch_ref): both name their parameters alike, so each tensor is copied by name, its
-    shape checked."""
-    n_embd = state_dict["token_embeddings.weights"].shape[1]
-    n_layers = len({k.split(".")[1] for k in state_dict if k.startswith("layers.")})
-    ours = transformer.DecoderLM(city_lab.V, n_embd, n_head, n_positions=city_lab.SEQ_LEN,
-                                 n_layers=n_layers, p_dropout=0.0)
-    names = [n for n, _ in ours.named_parameters()]
-    if sorted(names) != sorted(state_dict):
-        raise ValueError(f"float64_copy: parameter names differ:\n ours:  {names}\n torch: "
-                         f"{list(state_dict)}")
-    for name, p in ours.named_parameters():
-        value = state_dict[name].detach().double().numpy()
-        if value.shape != p.data.shape:
-            raise ValueError(f"float64_copy: {name} is {value.shape} in torch, {p.data.shape} here")
-        p.data[...] = value
-    return ours.eval()
-
-
 def serial_generation(model: transformer.DecoderLM, lengths=(8, 16, 31), batch: int = 16,
                       seed: int = 0) -> dict:
     """Generate n tokens after <bos> for each n in lengths (batch rows, sampled at T = 1, seeded),
@@ -893,54 +874,6 @@ def serial_generation(model: transformer.DecoderLM, lengths=(8, 16, 31), batch: 
     return dict(batch=batch, rows=rows)
 
 
-def _sentences(words: list) -> list:
-    """Split at "." (and <bos>, which ends a story): the complete sentences, each a tuple of
-    words."""
-    sentences, current = [], []
-    for w in words:
-        current.append(w)
-        if w in (".", "<bos>"):
-            sentences.append(tuple(current))
-            current = []
-    return sentences
-
-
-def score_against_the_language(windows: np.ndarray, prompt_len: int) -> dict:
-    """Replay each window (token ids from <bos>) through the city language's grammar
-    (city_lab.stories) and score the tokens after the prompt by their true probability p(token |
-    every token before it). A token with p = 0 is one the language forbids; after it the story's
-    state is undefined, so scoring stops there (at most one per window). Also: the continuation's
-    complete sentences that repeat an earlier sentence of the same window."""
-    scored = forbidden = clean = repeated = sentences = 0
-    log_p = 0.0
-    for window in windows:
-        words = [city_lab.VOCAB[i] for i in window]
-        story = city_lab.stories()              # starts just after a <bos>
-        distribution = next(story)
-        for w in words[1:prompt_len]:
-            distribution = story.send(w)
-        end = len(words)
-        for t in range(prompt_len, len(words)):
-            p = distribution.get(words[t], 0.0)
-            scored += 1
-            if p == 0.0:
-                forbidden += 1
-                end = t
-                break
-            log_p += math.log(p)
-            distribution = story.send(words[t])
-        clean += end == len(words)
-        seen = set(_sentences(words[1:prompt_len]))
-        for sentence in _sentences(words[prompt_len:end]):
-            sentences += 1
-            repeated += sentence in seen
-            seen.add(sentence)
-    return dict(windows=len(windows), scored=scored, forbidden=forbidden,
-                allowed=1 - forbidden / scored, clean=clean,
-                log_p_per_token=log_p / (scored - forbidden), sentences=sentences,
-                repeated=repeated / max(sentences, 1))
-
-
 # the decoding rules part 6 scores: generate()'s arguments; the sampled ones seeded by the model's
 # seed. Beam search's α only matters where hypotheses differ in length: here every one has n_new
 # tokens (no end token), so beam 4 at the paper's α = 0.6 ranks as it would at α = 0.
@@ -976,7 +909,7 @@ def generation_quality(weights: dict, steps: int, excess: float, seed: int, n_wi
     an rng seeded by `seed`), and score each text against the language and by the model's own log p
     per token; the test windows' own continuations are the reference. rules: the names of DECODINGS
     to decode by (None: all)."""
-    ours = float64_copy(weights)
+    ours = torch_ref.float64_copy(weights, n_head=CITY_MODEL["n_head"])
     test = city_lab.test_set()
     # (N, 32) from <bos>
     windows = np.concatenate([test.x, test.y[:, -1:]], axis=1)[:n_windows, :city_lab.SEQ_LEN]
@@ -995,7 +928,7 @@ def generation_quality(weights: dict, steps: int, excess: float, seed: int, n_wi
             tokens, generated_log_p = (generation.tokens[copies.ravel()],
                                        generation.scores[copies.ravel()])
         texts[name] = np.concatenate([prompts, tokens], axis=1)
-        scores[name] = dict(score_against_the_language(texts[name], prompt_len),
+        scores[name] = dict(city_lab.score_against_the_language(texts[name], prompt_len),
                             model_log_p_per_token=float(generated_log_p.mean() / n_new),
                             distinct=len({tuple(row) for row in tokens}))
     original = city_train.build_model(**CITY_MODEL, seed=seed)
@@ -1008,7 +941,7 @@ def generation_quality(weights: dict, steps: int, excess: float, seed: int, n_wi
     return dict(seed=seed, steps=steps, excess=excess,
                 n_windows=n_windows, prompt_len=prompt_len, n_new=n_new,
                 float32_vs_float64=float(np.abs(theirs - mine).max()),
-                language=dict(score_against_the_language(windows, prompt_len),
+                language=dict(city_lab.score_against_the_language(windows, prompt_len),
                               model_log_p_per_token=model_log_p_per_token(ours, windows,
                                                                           prompt_len),
                               distinct=len({tuple(row) for row in windows[:, prompt_len:]})),
@@ -1048,7 +981,9 @@ def generation_quality_of(weights: dict, **settings) -> dict:
 def serial_generation_of(weights: dict, lengths: list, batch: int, seed: int) -> dict:
     """serial_generation of the float64 copy of weights given as plain_weights: a run for
     runner.map."""
-    return serial_generation(float64_copy(state_dict_of(weights)), lengths=tuple(lengths),
+    return serial_generation(torch_ref.float64_copy(state_dict_of(weights),
+                                                    n_head=CITY_MODEL["n_head"]),
+                             lengths=tuple(lengths),
                              batch=batch, seed=seed)
 
 
@@ -1111,27 +1046,6 @@ def generation_claims(per_seed: list) -> dict:
                                         for q in per_seed],
                        "nucleus_derails_less": [forbidden(q["sampled"]) - forbidden(q["top-p 0.9"])
                                                 for q in per_seed]}}
-
-
-def _first_forbidden(window: np.ndarray, prompt_len: int) -> int | None:
-    """The position of the first token after the prompt that the language forbids (None: there is
-    none)."""
-    story = city_lab.stories()
-    distribution = next(story)
-    for t, i in enumerate(window[1:], start=1):
-        word = city_lab.VOCAB[i]
-        if t >= prompt_len and distribution.get(word, 0.0) == 0.0:
-            return t
-        distribution = story.send(word)
-    return None
-
-
-def _marked(window: np.ndarray, prompt_len: int) -> str:
-    """The continuation as text; the first token the language forbids shown as [word ✗], the rest
-    cut."""
-    stop = _first_forbidden(window, prompt_len)
-    text = city_lab.decode(window[prompt_len:stop])
-    return text if stop is None else f"{text} [{city_lab.VOCAB[window[stop]]} ✗] …".lstrip()
 
 
 # Part 6's claims are settled (over seeds 0-9 each held at 10 of 10, or at 1 of 10: beam 4 repeating
@@ -1236,11 +1150,13 @@ def print_generated_text(q: dict):
                        f"{q['language']['model_log_p_per_token']:.3f}")
     # a derailment with some text before it
     example = next((b for b, text in enumerate(q["texts"]["sampled"])
-                    if (_first_forbidden(text, q["prompt_len"]) or 0) >= q["prompt_len"] + 8), 0)
+                    if (city_lab.first_forbidden(text, q["prompt_len"]) or 0)
+                    >= q["prompt_len"] + 8), 0)
     common.kernel_note(f"window {example}, prompt:  "
                        f"{city_lab.decode(q['texts']['greedy'][example, 1:q['prompt_len']])}")
     for key in ("greedy", "beam 4, α = 0.6", "sampled", "top-p 0.9"):
-        common.kernel_note(f"{key + ':':<16} {_marked(q['texts'][key][example], q['prompt_len'])}")
+        continuation = city_lab.marked_continuation(q["texts"][key][example], q["prompt_len"])
+        common.kernel_note(f"{key + ':':<16} {continuation}")
 
 
 def _worded(margins, holds: str, fails: str) -> str:
