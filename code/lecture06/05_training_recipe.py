@@ -4,13 +4,15 @@ Serves notes §7.1 (teacher forcing, part 1), §7.3 (label smoothing and its exa
 language, part 2), §7.5 (the learning-rate formula, part 3; Adam's first step, part 4) and §7.6
 (checkpoint averaging on the city language, part 5), and exercises 7-9. Part 1 runs transformer.py
 (lecture 5's tensor.py); parts 2 and 4 check PyTorch's conventions; part 5 trains PyTorch twins with
-city_train.py's harness: --seeds seeds (default 2) × a constant and a decaying lr, 400 steps each.
+city_train.py's harness: --seeds seeds (default 5) × a constant and a decaying lr, 400 steps each,
+each run scoring its checkpoints and their averages as it trains.
 
 Part 6 (§7.1's other half, exercise 11) counts the forward passes of training (one) and of
 generation (one per token), the positions computed with and without transformer.py's KV cache (n
-against n(n+1)/2), and scores what a city-language model writes, greedy and sampled, against the
-language's exact distribution, over --seeds seeds. Its models are part 5's constant-lr runs
-(`constant_lr_models`: the ones part 5 trained, or trained by part 6 when it runs alone).
+against n(n+1)/2), and scores what a city-language model writes, greedy, by beam search and
+sampled, against the language's exact distribution, over the first 3 seeds. Its models are part
+5's constant-lr runs (`constant_lr_models`: the ones part 5 trained, or trained by part 6 when it
+runs alone), copied into transformer.py's DecoderLM; it decodes in this process.
 
     python code/lecture06/05_training_recipe.py [--part N] [--seed S] [--seeds N] [--quick]
 """
@@ -18,8 +20,6 @@ from __future__ import annotations
 
 import common  # first: one BLAS thread before numpy loads, and lecture 5's code importable
 
-import base64
-import dataclasses
 import math
 
 import numpy as np
@@ -28,7 +28,6 @@ import torch.nn.functional as F
 
 import city_lab
 import city_train
-import runner
 import tensor
 import torch_ref
 import transformer
@@ -98,8 +97,8 @@ def teacher_forcing(n_embd: int = 16, n_head: int = 2, n_layers: int = 2, seed: 
 
 
 def show_teacher_forcing(args):
-    r = teacher_forcing(seed=args.seed)
     common.header(1, "§7.1", "Teacher forcing: every position's loss from one forward pass")
+    r = teacher_forcing(seed=args.seed)
     common.note("A causal 2-layer DecoderLM (d = 16, random init, eval mode), vocabulary "
                 f"{r['vocab']}.\n"
                 f"Input (the target shifted right): {' '.join(r['inputs'])}\n"
@@ -243,8 +242,8 @@ def smoothing_cost(epsilons=(0.01, 0.05, 0.1, 0.2)) -> dict:
 
 
 def show_label_smoothing(args):
-    g = optimal_gap()
     common.header(2, "§7.3", "Label smoothing: a finite optimum, two conventions, an exact price")
+    g = optimal_gap()
     common.note(f"V = {g['V']:,}, ε = {g['eps']}: the smoothed loss is minimised where softmax(z) "
                 "= p, so the correct logit beats the others by log(p_correct/p_other):")
     common.table([[row["convention"], f"{row['p_correct']:.7f}", sci(row["p_other"], 4),
@@ -328,7 +327,11 @@ def draw_smoothing_cost(r, figures_dir):
 
 
 # ---- Part 3 · §7.5 the learning-rate formula -----------------------------------------------------
-def lr_schedule(d_model: int = 512, warmup: int = 4000, last: int = 200_000) -> dict:
+# the paper's base model and its warmup
+D_MODEL, WARMUP = 512, 4000
+
+
+def lr_schedule(d_model: int = D_MODEL, warmup: int = WARMUP, last: int = 200_000) -> dict:
     """transformer.noam_lr: peak, value at 100k, the d = 1024 ratio, the argmax over steps, exercise
     7, step 0."""
     steps = np.arange(1, last + 1)
@@ -374,10 +377,10 @@ def lr_schedule(d_model: int = 512, warmup: int = 4000, last: int = 200_000) -> 
 
 
 def show_lr_schedule(args):
-    r = lr_schedule()
-    d, w = r["d_model"], r["warmup"]
+    d, w = D_MODEL, WARMUP
     common.header(3, "§7.5", "The paper's learning rate: d^−0.5 · min(step^−0.5, step · "
                              f"warmup^−1.5), d = {d}, warmup = {w}")
+    r = lr_schedule(d, w)
     ex7, parts = r["ex7"], r["ex7_parts"]
     common.table([["peak, at step warmup", f"{d}^−0.5 · {w}^−0.5", sci(r["peak"])],
                   [f"argmax over steps 1..{len(r['steps']):,}", "", f"{r['argmax']:,}"],
@@ -436,8 +439,11 @@ def draw_lr_schedule(r, figures_dir):
 
 
 # ---- Part 4 · §7.5 Adam's first step -------------------------------------------------------------
+ADAM_LR, ADAM_BETAS = 1e-3, (0.9, 0.98)   # the paper's betas
+
+
 def adam_first_step(gradients=tuple((-1) ** i * 10.0 ** e for i, e in enumerate(range(-6, 4))),
-                    lr: float = 1e-3, betas=(0.9, 0.98), epsilons=(1e-9, 1e-8)) -> dict:
+                    lr: float = ADAM_LR, betas=ADAM_BETAS, epsilons=(1e-9, 1e-8)) -> dict:
     """One Adam step from θ = 0 on one parameter per gradient value, with torch.optim.Adam and with
     transformer.Adam: update/lr against |g|/(|g| + ε), and SGD's update/lr = g for contrast."""
     g = np.array(gradients, dtype=np.float64)
@@ -456,10 +462,10 @@ def adam_first_step(gradients=tuple((-1) ** i * 10.0 ** e for i, e in enumerate(
 
 
 def show_adam_first_step(args):
-    r = adam_first_step()
+    common.header(4, "§7.5", f"Adam's first step: update ≈ lr · sign(g), lr = {sci(ADAM_LR, 0)}, "
+                             f"β = {ADAM_BETAS}")
+    r = adam_first_step(lr=ADAM_LR, betas=ADAM_BETAS)
     rows, (e1, e2) = r["rows"], r["epsilons"]
-    common.header(4, "§7.5", f"Adam's first step: update ≈ lr · sign(g), lr = {sci(r['lr'], 0)}, "
-                             f"β = {r['betas']}")
     common.note("Bias correction makes m̂ = g and v̂ = g² after one step, so the update is lr · "
                 "g/(|g| + ε):")
     common.table([[sci(g, 0), sci(g, 0),
@@ -483,141 +489,149 @@ def show_adam_first_step(args):
 # the model of parts 5 and 6 (city_train.build_model's sizes): 1 layer, so that its runs fit the
 # budget
 CITY_MODEL = dict(n_layers=1, n_embd=64, n_head=4)
+LR, STEPS, CHECKPOINT_EVERY = 3e-3, 400, 50   # the constant lr, and the decaying lr's peak
+KS = (2, 3, 4, 5, None)   # averages of the last k checkpoints (None: all of them)
+# part 5 measures the jitter of a constant-lr run over its last JITTER_LAST checkpoints, this many
+# steps apart
+JITTER_EVERY, JITTER_LAST = 10, 10
 
 
-# part 5 measures the jitter of a constant-lr run between checkpoints this many steps apart
-JITTER_EVERY = 10
+def checkpoint_steps(steps: int, every: int) -> list[int]:
+    return list(range(every, steps + 1, every))
 
 
-def constant_lr_run(seed: int, model_size: dict = CITY_MODEL, steps: int = 400, lr: float = 3e-3,
+def jitter_steps(steps: int, jitter_every: int) -> list[int]:
+    """The steps of the last JITTER_LAST checkpoints jitter_every steps apart (fewer in a short
+    run)."""
+    return checkpoint_steps(steps, jitter_every)[-JITTER_LAST:]
+
+
+def last_k(checkpoints: list, k: int | None) -> list:
+    return checkpoints[-(k or len(checkpoints)):]
+
+
+def constant_lr_averages(steps: int, checkpoint_every: int, ks, jitter_every: int) -> list[list]:
+    """What a constant-lr run scores as it trains (city_train's `averages`): every checkpoint on its
+    own (the table) and every one of the jitter's, then the average of the last k checkpoints for
+    each k. The last step is left out of the first: training scores it anyway (final_excess)."""
+    checkpoints = checkpoint_steps(steps, checkpoint_every)
+    alone = sorted(set(checkpoints + jitter_steps(steps, jitter_every)) - {steps})
+    return [[step] for step in alone] + [last_k(checkpoints, k) for k in ks]
+
+
+def constant_lr_run(seed: int, model_size: dict = CITY_MODEL, steps: int = STEPS, lr: float = LR,
+                    checkpoint_every: int = CHECKPOINT_EVERY, ks=KS,
                     jitter_every: int = JITTER_EVERY) -> dict:
-    """A city_train.run at a CONSTANT lr with a checkpoint every `jitter_every` steps, the test set
-    scored after the last step: part 5 averages some of its checkpoints and measures the jitter
-    between the last ones, part 6 writes with its last one. The seed draws both the initial
-    weights and the batches."""
+    """A city_train.run at a CONSTANT lr that scores its checkpoints and their averages as it
+    trains, and keeps its final weights (one checkpoint, the last step), which part 6 writes with.
+    The seed draws both the initial weights and the batches."""
     return dict(model=dict(model_size, seed=seed),
-                training=dict(steps=steps, lr=lr, seed=seed, eval_every=steps,
-                              checkpoint_every=jitter_every))
+                training=dict(steps=steps, lr=lr, seed=seed, eval_every=None,
+                              checkpoint_every=steps,
+                              averages=constant_lr_averages(steps, checkpoint_every, ks,
+                                                            jitter_every)))
 
 
-def decaying_lr_run(seed: int, model_size: dict = CITY_MODEL, steps: int = 400, lr: float = 3e-3,
-                    checkpoint_every: int = 50) -> dict:
-    """The same run with the lr decaying linearly to 0, checkpointed alike: the first seed's
-    checkpoints are scored afterwards (its curve is drawn), so that every seed's run has the same
-    settings and all of them train in one stack."""
+def decaying_lr_run(seed: int, model_size: dict = CITY_MODEL, steps: int = STEPS, lr: float = LR,
+                    checkpoint_every: int = CHECKPOINT_EVERY) -> dict:
+    """The same run with the lr decaying linearly to 0, scored at the same checkpoints (its curve
+    is drawn)."""
     return dict(model=dict(model_size, seed=seed),
-                training=dict(steps=steps, lr=lr, seed=seed, eval_every=steps,
-                              schedule="linear", checkpoint_every=checkpoint_every))
+                training=dict(steps=steps, lr=lr, seed=seed, eval_every=None, schedule="linear",
+                              averages=[[step] for step in
+                                        checkpoint_steps(steps, checkpoint_every)[:-1]]))
 
 
-def test_excess_of(state_dicts: list, model: dict) -> float:
-    """Test excess (mnat/token) of the element-wise average of some checkpoints of a model built as
-    `model`."""
-    net = city_train.build_model(**model)
-    net.load_state_dict(city_train.average_state_dicts(state_dicts))
-    return city_train.evaluate(net)
-
-
-def averaging_runs(seeds, model_size: dict = CITY_MODEL, steps: int = 400, lr: float = 3e-3,
-                   checkpoint_every: int = 50, decayed: bool = True,
+def averaging_runs(seeds, model_size: dict = CITY_MODEL, steps: int = STEPS, lr: float = LR,
+                   checkpoint_every: int = CHECKPOINT_EVERY, ks=KS, decayed: bool = True,
                    jitter_every: int = JITTER_EVERY) -> list[dict]:
     """Part 5's runs: constant_lr_run at every seed, then (decayed=True) decaying_lr_run at every
-    seed."""
-    if checkpoint_every % jitter_every or steps % checkpoint_every:
-        raise ValueError(f"averaging_runs: checkpoint_every ({checkpoint_every}) must be a "
-                         f"multiple of jitter_every ({jitter_every}) and divide steps ({steps}), "
-                         "so that the checkpoints averaged are among those the constant-lr run "
-                         "keeps")
-    sizes = dict(model_size=model_size, steps=steps, lr=lr)
-    runs = [constant_lr_run(seed, **sizes, jitter_every=jitter_every) for seed in seeds]
+    seed. Every seed's runs are scored alike, so that they train in one stack."""
+    if steps % checkpoint_every or steps % jitter_every:
+        raise ValueError(f"averaging_runs: checkpoint_every ({checkpoint_every}) and jitter_every "
+                         f"({jitter_every}) must divide steps ({steps}), so that the last "
+                         "checkpoint is the trained model")
+    runs = [constant_lr_run(seed, model_size, steps, lr, checkpoint_every, ks, jitter_every)
+            for seed in seeds]
     if decayed:
-        runs += [decaying_lr_run(seed, **sizes, checkpoint_every=checkpoint_every)
-                 for seed in seeds]
+        runs += [decaying_lr_run(seed, model_size, steps, lr, checkpoint_every) for seed in seeds]
     return runs
 
 
-def every(trained: city_train.TrainResult, checkpoint_every: int) -> city_train.TrainResult:
-    """The run with only its checkpoints at multiples of checkpoint_every."""
-    return dataclasses.replace(trained, checkpoints=[(step, state_dict)
-                                                     for step, state_dict in trained.checkpoints
-                                                     if step % checkpoint_every == 0])
+def scored(trained: city_train.TrainResult, run: dict) -> dict:
+    """{steps averaged (a tuple): test excess} of a run: what it scored as it trained, and its last
+    step alone."""
+    averages = [tuple(steps) for steps in run["training"]["averages"]]
+    return {(run["training"]["steps"],): trained.final_excess,
+            **dict(zip(averages, trained.averaged_excess))}
 
 
-def jitter(constant: city_train.TrainResult, model: dict, averaged: float, last: int = 10) -> dict:
-    """The jitter that averaging cancels, on a constant-lr run checkpointed every few steps: the
-    test excess of its last `last` checkpoints, their mean |change| from one to the next against
+def jitter(excess: dict, steps: int, jitter_every: int, averaged: float) -> dict:
+    """The jitter that averaging cancels, on a constant-lr run's excesses ({(step,): excess}): its
+    last checkpoints jitter_every steps apart, their mean |change| from one to the next against
     their mean change over all of them (the trend), how often they rise, and by how much the
     `averaged` model's excess stays below the lowest of them."""
-    steps = [step for step, _ in constant.checkpoints[-last:]]
-    excess = [test_excess_of([state_dict], model)
-              for _, state_dict in constant.checkpoints[-last:-1]]
-    excess.append(constant.final_excess)
-    changes = np.diff(excess)
-    return dict(steps=steps, excess=excess, mean_change=float(np.abs(changes).mean()),
+    at = jitter_steps(steps, jitter_every)
+    values = [excess[(step,)] for step in at]
+    changes = np.diff(values)
+    return dict(steps=at, excess=values, mean_change=float(np.abs(changes).mean()),
                 trend=float(changes.mean()), rises=int((changes > 0).sum()), averaged=averaged,
-                below_lowest=min(excess) - averaged)
+                below_lowest=min(values) - averaged)
 
 
-def scored_checkpoints(trained: city_train.TrainResult, model: dict) -> list:
-    """[(step, test excess)] at every checkpoint of a run, the last one scored by training."""
-    scored = [(step, test_excess_of([state_dict], model))
-              for step, state_dict in trained.checkpoints[:-1]]
-    return scored + [(trained.checkpoints[-1][0], trained.final_excess)]
+def seed_result(seed: int, constant: dict, decayed: dict | None, steps: int,
+                checkpoint_every: int, ks, jitter_every: int) -> dict:
+    """One seed's numbers from its runs' scores (scored(...)): the constant-lr run at every
+    checkpoint, its averages, its jitter, and the decaying-lr run's curve and last excess."""
+    checkpoints = checkpoint_steps(steps, checkpoint_every)
+    averaged = {len(last_k(checkpoints, k)): constant[tuple(last_k(checkpoints, k))] for k in ks}
+    return dict(seed=seed, checkpoints=[(step, constant[(step,)]) for step in checkpoints],
+                last=constant[(steps,)], averaged=averaged,
+                jitter=jitter(constant, steps, jitter_every, averaged[min(5, len(checkpoints))]),
+                decayed=decayed[(steps,)] if decayed else None,
+                decayed_curve=([(step, decayed[(step,)]) for step in checkpoints] if decayed
+                               else None))
 
 
-def checkpoint_averaging(seeds=(0, 1, 2), model_size: dict = CITY_MODEL, steps: int = 400,
-                         lr: float = 3e-3, checkpoint_every: int = 50, ks=(2, 3, 4, 5, None),
-                         decayed: bool = True, jitter_every: int = JITTER_EVERY) -> dict:
-    """Train averaging_runs: for each seed a Pre-LN DecoderLM on the city language at a constant lr
-    and (decayed=True) with the lr decaying. Test excess of the last checkpoint, of the average of
-    the last k checkpoints (k None: all of them) and of the decayed run; each one's difference from
-    the last checkpoint of its own seed, and the median, range and sign count of those differences
-    over the seeds.
-
-    Only seeds[0]'s runs are scored at every checkpoint (its table and figure); the others only at
-    the end, which is all the summary needs (an evaluation costs as much as 6-8 training steps).
-    Training scores only the last step, so that every seed's runs share their settings and train in
-    one stack; seeds[0]'s checkpoints are scored here, and its jitter (the constant-lr run keeps a
-    checkpoint every jitter_every steps).
-    """
-    seeds = list(seeds)
-    runs = averaging_runs(seeds, model_size, steps, lr, checkpoint_every, decayed, jitter_every)
-    results = city_train.train_many(runs)
-    per_seed = []
-    for i, seed in enumerate(seeds):
-        constant, model = every(results[i], checkpoint_every), runs[i]["model"]
-        state_dicts = [state_dict for _, state_dict in constant.checkpoints]
-        checkpoints = (scored_checkpoints(constant, model) if i == 0 else
-                       [(step, None) for step, _ in constant.checkpoints[:-1]]
-                       + [(constant.checkpoints[-1][0], constant.final_excess)])
-        averaged = {k or len(state_dicts): test_excess_of(state_dicts[-(k or len(state_dicts)):],
-                                                          model)
-                    for k in ks}
-        decayed_run = results[len(seeds) + i] if decayed else None
-        per_seed.append(dict(seed=seed, checkpoints=checkpoints, last=constant.final_excess,
-                             averaged=averaged,
-                             decayed=decayed_run.final_excess if decayed else None,
-                             decayed_curve=(scored_checkpoints(decayed_run, model)
-                                       if decayed and i == 0 else None)))
-    n = len(per_seed[0]["checkpoints"])
+def against_the_last(per_seed: list, decayed: bool) -> list[dict]:
+    """A row per model (last checkpoint, each average, the decayed lr): its excess at every seed,
+    its difference from the last checkpoint of the same seed, and the median, range and sign count
+    of those over the seeds (the seeds differ more than the methods do)."""
     rows = [dict(name="last", k=None, excess=[r["last"] for r in per_seed])]
     rows += [dict(name="average", k=k, excess=[r["averaged"][k] for r in per_seed])
              for k in per_seed[0]["averaged"]]
     if decayed:
         rows.append(dict(name="decayed", k=None, excess=[r["decayed"] for r in per_seed]))
-    # paired with its own seed's last checkpoint: the seeds differ more than the methods do
     for row in rows:
         row["vs_last"] = [e - r["last"] for e, r in zip(row["excess"], per_seed)]
         row["beats_last"] = sum(d < 0 for d in row["vs_last"])
         row["spread"], row["vs_last_spread"] = spread(row["excess"]), spread(row["vs_last"])
+    return rows
+
+
+def checkpoint_averaging(seeds=(0, 1, 2), model_size: dict = CITY_MODEL, steps: int = STEPS,
+                         lr: float = LR, checkpoint_every: int = CHECKPOINT_EVERY, ks=KS,
+                         decayed: bool = True, jitter_every: int = JITTER_EVERY) -> dict:
+    """Train averaging_runs: for each seed a Pre-LN DecoderLM on the city language at a constant lr
+    and (decayed=True) with the lr decaying. Test excess of every checkpoint, of the average of the
+    last k checkpoints (k None: all of them) and of the decayed run; each one's difference from the
+    last checkpoint of its own seed, and the median, range and sign count of those differences
+    over the seeds. Every run scores its checkpoints as it trains (an evaluation costs as much as
+    ~10 training steps); the first seed's are printed and drawn."""
+    seeds = list(seeds)
+    runs = averaging_runs(seeds, model_size, steps, lr, checkpoint_every, ks, decayed,
+                          jitter_every)
+    excess = [scored(trained, run) for trained, run in zip(city_train.train_many(runs), runs)]
+    per_seed = [seed_result(seed, excess[i], excess[len(seeds) + i] if decayed else None, steps,
+                            checkpoint_every, ks, jitter_every) for i, seed in enumerate(seeds)]
     first = per_seed[0]
     return dict(seeds=seeds, **model_size, steps=steps, lr=lr,
-                checkpoint_every=checkpoint_every, n_checkpoints=n, runs=per_seed, rows=rows,
+                checkpoint_every=checkpoint_every, n_checkpoints=len(first["checkpoints"]),
+                runs=per_seed, rows=against_the_last(per_seed, decayed),
                 # seeds[0]'s run, under the names the table and the figure use
                 checkpoints=first["checkpoints"], last=first["last"], averaged=first["averaged"],
                 decayed=first["decayed"], decayed_curve=first["decayed_curve"],
-                jitter=jitter(results[0], runs[0]["model"], first["averaged"][min(5, n)],
-                              last=min(10, len(results[0].checkpoints))))
+                jitter=first["jitter"])
 
 
 def averaging_vs_decay(r: dict, k: int = 5) -> list[float]:
@@ -646,8 +660,8 @@ def part5_runs(args) -> tuple:
 
 
 def show_checkpoint_averaging(args):
+    common.header(5, "§7.6", f"Checkpoint averaging at a constant lr of {LR:g}")
     r = checkpoint_averaging(seeds=part5_seeds(args))
-    common.header(5, "§7.6", f"Checkpoint averaging at a constant lr of {r['lr']:g}")
     print_checkpoints(r)
     print_against_the_last(r)
     print_averaging_counts(r)
@@ -829,10 +843,17 @@ def draw_checkpoint_averaging(r, figures_dir):
 # ---- Part 6 · §7.1, exercise 11 training is parallel, generation is serial -----------------------
 def constant_lr_models(seeds) -> dict[int, city_train.TrainResult]:
     """Part 5's constant-lr runs (CITY_MODEL, Pre-LN, lr 3e-3, 400 steps, float32 torch_ref) at
-    every seed -> {seed: its TrainResult}, whose last checkpoint holds the final weights: the runs
-    part 5 trained if it ran (runner.py keeps them), else trained now, side by side."""
+    every seed -> {seed: its TrainResult}, whose one checkpoint holds the final weights: the runs
+    part 5 trained if it ran (city_train keeps them), else trained now, side by side."""
     seeds = list(seeds)
     return dict(zip(seeds, city_train.train_many([constant_lr_run(seed) for seed in seeds])))
+
+
+def float64_model(trained: city_train.TrainResult) -> transformer.DecoderLM:
+    """The final weights of a constant_lr_models run in transformer.DecoderLM (float64,
+    tensor.py)."""
+    [(_, weights)] = trained.checkpoints
+    return torch_ref.float64_copy(weights, n_head=CITY_MODEL["n_head"])
 
 
 def serial_generation(model: transformer.DecoderLM, lengths=(8, 16, 31), batch: int = 16,
@@ -901,36 +922,47 @@ def model_log_p_per_token(model: transformer.DecoderLM, windows: np.ndarray,
     return float(chosen[:, prompt_len - 1:].mean())
 
 
-def generation_quality(weights: dict, steps: int, excess: float, seed: int, n_windows: int = 64,
+def decode_by_rules(model: transformer.DecoderLM, prompts: np.ndarray, n_new: int, seed: int,
+                    rules) -> dict:
+    """{rule: (tokens (N, n_new), the model's log p of each row)}: the prompts continued by each
+    named rule of DECODINGS, sampling with an rng seeded by `seed`. Greedy decoding and beam search
+    give a prompt one answer, whatever the rest of the batch (tests/test_beam_search.py): each
+    distinct prompt is decoded once, then copied to its windows."""
+    distinct, copies = np.unique(prompts, axis=0, return_inverse=True)
+    decoded = {}
+    for name in rules:
+        rule = DECODINGS[name]
+        if rule.get("sample"):
+            generation = model.generate(prompts, n_new, rng=np.random.default_rng(seed), **rule)
+            decoded[name] = generation.tokens, generation.scores
+        else:
+            generation = model.generate(distinct, n_new, **rule)
+            decoded[name] = (generation.tokens[copies.ravel()],
+                             generation.scores[copies.ravel()])
+    return decoded
+
+
+def generation_quality(trained: city_train.TrainResult, seed: int, n_windows: int = 64,
                        prompt_len: int = 6, rules: list | None = None) -> dict:
     """Continue the first sentence (<bos> NAME lives in CITY .) of n_windows test stories to SEQ_LEN
-    tokens with the float64 copy of the final weights of a constant_lr_models result (trained at
-    `seed` for `steps` steps to a test excess `excess`) by every rule of DECODINGS (sampling with
-    an rng seeded by `seed`), and score each text against the language and by the model's own log p
-    per token; the test windows' own continuations are the reference. rules: the names of DECODINGS
-    to decode by (None: all)."""
-    ours = torch_ref.float64_copy(weights, n_head=CITY_MODEL["n_head"])
+    tokens with the float64 copy of the final weights of a constant_lr_models run (trained at
+    `seed`) by every rule of DECODINGS (None) or those named in `rules`, and score each text
+    against the language and by the model's own log p per token; the test windows' own
+    continuations are the reference."""
+    ours = float64_model(trained)
     test = city_lab.test_set()
     # (N, 32) from <bos>
     windows = np.concatenate([test.x, test.y[:, -1:]], axis=1)[:n_windows, :city_lab.SEQ_LEN]
     prompts, n_new = windows[:, :prompt_len], city_lab.SEQ_LEN - prompt_len
-    # greedy decoding and beam search give a prompt one answer, whatever the rest of the batch
-    # (tests/test_beam_search.py): each distinct prompt is decoded once, then copied to its windows
-    distinct, copies = np.unique(prompts, axis=0, return_inverse=True)
     texts, scores = {}, {}
-    for name in DECODINGS if rules is None else rules:
-        rule = DECODINGS[name]
-        if rule.get("sample"):
-            generation = ours.generate(prompts, n_new, rng=np.random.default_rng(seed), **rule)
-            tokens, generated_log_p = generation.tokens, generation.scores
-        else:
-            generation = ours.generate(distinct, n_new, **rule)
-            tokens, generated_log_p = (generation.tokens[copies.ravel()],
-                                       generation.scores[copies.ravel()])
+    for name, (tokens, log_p) in decode_by_rules(ours, prompts, n_new, seed,
+                                                 list(DECODINGS) if rules is None
+                                                 else rules).items():
         texts[name] = np.concatenate([prompts, tokens], axis=1)
         scores[name] = dict(city_lab.score_against_the_language(texts[name], prompt_len),
-                            model_log_p_per_token=float(generated_log_p.mean() / n_new),
+                            model_log_p_per_token=float(log_p.mean() / n_new),
                             distinct=len({tuple(row) for row in tokens}))
+    [(steps, weights)] = trained.checkpoints
     original = city_train.build_model(**CITY_MODEL, seed=seed)
     original.load_state_dict(weights)
     with torch.no_grad():
@@ -938,15 +970,14 @@ def generation_quality(weights: dict, steps: int, excess: float, seed: int, n_wi
     with no_grad():
         logits = ours(windows[:8])
         mine = (logits - transformer.logsumexp(logits)).data
-    return dict(seed=seed, steps=steps, excess=excess,
+    return dict(seed=seed, steps=steps, excess=trained.final_excess,
                 n_windows=n_windows, prompt_len=prompt_len, n_new=n_new,
                 float32_vs_float64=float(np.abs(theirs - mine).max()),
                 language=dict(city_lab.score_against_the_language(windows, prompt_len),
                               model_log_p_per_token=model_log_p_per_token(ours, windows,
                                                                           prompt_len),
                               distinct=len({tuple(row) for row in windows[:, prompt_len:]})),
-                **scores, texts=texts, greedy_distinct=scores["greedy"]["distinct"],
-                prompts_distinct=len({tuple(row) for row in prompts}))
+                **scores, texts=texts, prompts_distinct=len({tuple(row) for row in prompts}))
 
 
 # How far other float kernels move a claim's margin at a seed: one argmax that flips rewrites a
@@ -956,96 +987,48 @@ def generation_quality(weights: dict, steps: int, excess: float, seed: int, n_wi
 GENERATION_TIPPING = 0.03
 
 
-# ---- part 6's decoding as runs of runner.py: computed in its workers, beside part 5's scoring ----
-def plain_weights(state_dict: dict) -> dict:
-    """A float32 state dict as plain data, which runner.py keys a run by: each tensor's shape and
-    its bytes in base64 (state_dict_of gives back the same bits)."""
-    return {name: dict(shape=list(value.shape),
-                       float32=base64.b64encode(value.detach().float().numpy().tobytes())
-                       .decode("ascii"))
-            for name, value in state_dict.items()}
-
-
-def state_dict_of(weights: dict) -> dict:
-    """plain_weights' inverse: {name: float32 tensor}."""
-    return {name: torch.from_numpy(np.frombuffer(base64.b64decode(w["float32"]), dtype=np.float32)
-                                   .reshape(w["shape"]).copy())
-            for name, w in weights.items()}
-
-
-def generation_quality_of(weights: dict, **settings) -> dict:
-    """generation_quality of weights given as plain_weights: a run for runner.map."""
-    return generation_quality(state_dict_of(weights), **settings)
-
-
-def serial_generation_of(weights: dict, lengths: list, batch: int, seed: int) -> dict:
-    """serial_generation of the float64 copy of weights given as plain_weights: a run for
-    runner.map."""
-    return serial_generation(torch_ref.float64_copy(state_dict_of(weights),
-                                                    n_head=CITY_MODEL["n_head"]),
-                             lengths=tuple(lengths),
-                             batch=batch, seed=seed)
-
-
-def generation_quality_runs(models: dict, n_windows: int) -> list[dict]:
-    """generation_quality's arguments for every model of constant_lr_models ({seed:
-    TrainResult}), as plain data: the first model by every rule (its table), the others by the
-    rules generation_claims compares."""
-    return [dict(weights=plain_weights(trained.checkpoints[-1][1]),
-                 steps=trained.checkpoints[-1][0], excess=trained.final_excess, seed=seed,
-                 n_windows=n_windows, rules=None if i == 0 else CLAIMS_RULES)
-            for i, (seed, trained) in enumerate(models.items())]
-
-
-def part6_runs(args) -> list[tuple]:
-    """Part 6's decoding, [(function, [its runs])]: generation_quality of the first
-    GENERATION_SEEDS of part 5's constant-lr models, then serial_generation of the model of --seed.
-    The models come from constant_lr_models, which waits for them to be trained. common.main
-    starts these runs alongside part 5, to decode while part 5 scores."""
-    models = constant_lr_models(part5_seeds(args))
-    serial = dict(weights=plain_weights(models[args.seed].checkpoints[-1][1]),
-                  lengths=[8, 31] if args.quick else [8, 16, 31], batch=16, seed=args.seed)
-    return [(generation_quality_of,
-             generation_quality_runs(dict(list(models.items())[:GENERATION_SEEDS]),
-                                     n_windows=32 if args.quick else 64)),
-            (serial_generation_of, [serial])]
-
-
 def generation_over_seeds(models: dict, n_windows: int = 64) -> dict:
-    """generation_quality of every model of constant_lr_models ({seed: TrainResult}), in
-    runner.py's workers, and generation_claims of them."""
-    return generation_claims(runner.map(generation_quality_of,
-                                        generation_quality_runs(models, n_windows)))
+    """generation_quality of every model of constant_lr_models ({seed: TrainResult}): the first by
+    every rule (its table), the others by the rules generation_claims compares; and
+    generation_claims of them."""
+    return generation_claims([generation_quality(trained, seed, n_windows,
+                                                 rules=None if i == 0 else CLAIMS_RULES)
+                              for i, (seed, trained) in enumerate(models.items())])
+
+
+def forbidden_share(scores: dict) -> float:
+    return scores["forbidden"] / scores["scored"]
+
+
+# Part 6's claims: {key: (what its line says, its margin at a seed, > 0 where it holds, from that
+# seed's generation_quality)}
+GENERATION_CLAIMS = {
+    "fewer_forbidden": ("greedy text has a smaller share of forbidden tokens than sampled text",
+                        lambda q: forbidden_share(q["sampled"]) - forbidden_share(q["greedy"])),
+    "likelier": ("greedy text has a higher true log-probability per allowed token than sampled "
+                 "text",
+                 lambda q: q["greedy"]["log_p_per_token"] - q["sampled"]["log_p_per_token"]),
+    "repeats": ("greedy text repeats its sentences more often than the language's text and "
+                "sampled text", lambda q: q["greedy"]["repeated"] - max(q["language"]["repeated"],
+                                                                       q["sampled"]["repeated"])),
+    "greedy_derails": ("greedy text still holds forbidden tokens (some of its windows derail)",
+                       lambda q: forbidden_share(q["greedy"])),
+    "beam_likelier": (f"beam search ({', '.join(BEAMS)}) writes text the model finds likelier per "
+                      "token than greedy text",
+                      lambda q: min(q[beam]["model_log_p_per_token"] for beam in BEAMS)
+                      - q["greedy"]["model_log_p_per_token"]),
+    "beam_repeats": ("beam 4 (the paper's) repeats its sentences more often than greedy text",
+                     lambda q: q["beam 4, α = 0.6"]["repeated"] - q["greedy"]["repeated"]),
+    "nucleus_derails_less": ("top-p 0.9 text has a smaller share of forbidden tokens than sampled "
+                             "text (T = 1)", lambda q: forbidden_share(q["sampled"])
+                             - forbidden_share(q["top-p 0.9"]))}
 
 
 def generation_claims(per_seed: list) -> dict:
-    """Each of part 6's claims over generation_quality's results as its margin at each seed (> 0
-    where it holds): greedy text has a smaller share of forbidden tokens than sampled text, a higher
-    true log p per allowed token, and repeats its sentences more often than both the language's own
-    text and sampled text; greedy text still holds forbidden tokens (its share of them, > 0 where
-    some window derails); beam search (every width) writes text the model finds likelier per token
-    than greedy's; the paper's beam 4 repeats its sentences more often than greedy; nucleus sampling
-    (p = 0.9) has a smaller share of forbidden tokens than sampling at T = 1."""
-
-    def forbidden(r):
-        return r["forbidden"] / r["scored"]
+    """Each of GENERATION_CLAIMS over generation_quality's results as its margin at each seed."""
     return {"seeds": [q["seed"] for q in per_seed], "per_seed": per_seed,
-            "claims": {"fewer_forbidden": [forbidden(q["sampled"]) - forbidden(q["greedy"])
-                                           for q in per_seed],
-                       "likelier": [q["greedy"]["log_p_per_token"] - q["sampled"]["log_p_per_token"]
-                                    for q in per_seed],
-                       "repeats": [q["greedy"]["repeated"] -
-                                   max(q["language"]["repeated"], q["sampled"]["repeated"])
-                                   for q in per_seed],
-                       "greedy_derails": [forbidden(q["greedy"]) for q in per_seed],
-                       "beam_likelier": [min(q[beam]["model_log_p_per_token"]
-                                             for beam in BEAMS)
-                                         - q["greedy"]["model_log_p_per_token"]
-                                         for q in per_seed],
-                       "beam_repeats": [q["beam 4, α = 0.6"]["repeated"] - q["greedy"]["repeated"]
-                                        for q in per_seed],
-                       "nucleus_derails_less": [forbidden(q["sampled"]) - forbidden(q["top-p 0.9"])
-                                                for q in per_seed]}}
+            "claims": {key: [margin(q) for q in per_seed]
+                       for key, (_, margin) in GENERATION_CLAIMS.items()}}
 
 
 # Part 6's claims are settled (over seeds 0-9 each held at 10 of 10, or at 1 of 10: beam 4 repeating
@@ -1054,14 +1037,17 @@ GENERATION_SEEDS = 3
 
 
 def show_generation(args):
-    (quality_of, quality_runs), (serial_of, serial_runs) = part6_runs(args)
-    over_seeds = generation_claims(runner.map(quality_of, quality_runs))
-    # the model of --seed, quick or not: part 5's 400-step constant-lr run
-    [s] = runner.map(serial_of, serial_runs)
     common.header(6, "§7.1, exercise 11", "Training is parallel, generation is serial")
-    print_forward_passes(s, steps=over_seeds["per_seed"][0]["steps"])
+    models = constant_lr_models(part5_seeds(args))
+    # the model of --seed, quick or not: part 5's 400-step constant-lr run
+    serial = serial_generation(float64_model(models[args.seed]),
+                               lengths=(8, 31) if args.quick else (8, 16, 31), batch=16,
+                               seed=args.seed)
+    over_seeds = generation_over_seeds(dict(list(models.items())[:GENERATION_SEEDS]),
+                                       n_windows=32 if args.quick else 64)
+    print_forward_passes(serial, steps=over_seeds["per_seed"][0]["steps"])
     print()
-    print_kv_cache_savings(s)
+    print_kv_cache_savings(serial)
     print()
     print_generated_text(over_seeds["per_seed"][0])
     print_generation_claims(over_seeds)
@@ -1172,24 +1158,8 @@ def print_generation_claims(over_seeds: dict):
     claims, seeds = over_seeds["claims"], over_seeds["seeds"]
     common.note(f"Over seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))} (each its own "
                 "model, its own sampling):")
-    common.count_line("greedy text has a smaller share of forbidden tokens than sampled text",
-                      claims["fewer_forbidden"], GENERATION_TIPPING)
-    common.count_line("greedy text has a higher true log-probability per allowed token than "
-                      "sampled text",
-                      claims["likelier"], GENERATION_TIPPING)
-    common.count_line("greedy text repeats its sentences more often than the language's text and "
-                      "sampled text",
-                      claims["repeats"], GENERATION_TIPPING)
-    common.count_line("greedy text still holds forbidden tokens (some of its windows derail)",
-                      claims["greedy_derails"], GENERATION_TIPPING)
-    common.count_line(f"beam search ({', '.join(BEAMS)}) writes text the model finds likelier "
-                      "per token than greedy text",
-                      claims["beam_likelier"], GENERATION_TIPPING)
-    common.count_line("beam 4 (the paper's) repeats its sentences more often than greedy text",
-                      claims["beam_repeats"], GENERATION_TIPPING)
-    common.count_line("top-p 0.9 text has a smaller share of forbidden tokens than sampled text "
-                      "(T = 1)",
-                      claims["nucleus_derails_less"], GENERATION_TIPPING)
+    for key, (text, _) in GENERATION_CLAIMS.items():
+        common.count_line(text, claims[key], GENERATION_TIPPING)
     greedy = _worded(claims["fewer_forbidden"],
                      "greedy decoding draws fewer of the impossible tokens than sampling at T = 1",
                      "greedy decoding does not draw fewer impossible tokens than sampling here")
@@ -1222,6 +1192,5 @@ PARTS = {1: show_teacher_forcing, 2: show_label_smoothing, 3: show_lr_schedule,
          4: show_adam_first_step, 5: show_checkpoint_averaging, 6: show_generation}
 
 if __name__ == "__main__":
-    # part 5's runs may train while parts 1-4 compute, and part 6's decoding while part 5 scores
-    common.main(__doc__, PARTS, seeds=SEEDS, train_ahead={5: part5_runs},
-                alongside={5: part6_runs})
+    # part 5's runs may train while parts 1-4 compute
+    common.main(__doc__, PARTS, seeds=SEEDS, train_ahead={5: part5_runs})
