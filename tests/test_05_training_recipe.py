@@ -7,6 +7,7 @@ import pytest
 
 from conftest import load_script
 
+import city_generation
 import city_lab
 import common
 import transformer
@@ -413,10 +414,10 @@ def test_beam_search_is_likelier_under_the_model_and_nucleus_derails_less_at_mos
 
 
 def test_every_decoding_rule_is_scored_and_the_model_scores_the_language_too(generations):
-    assert m.BEAMS == ["beam 2", "beam 4, α = 0.6", "beam 8"]
+    assert city_generation.BEAMS == ["beam 2", "beam 4, α = 0.6", "beam 8"]
     for i, q in enumerate(generations["per_seed"]):
         # the first seed by every rule (its table), the others by those the claims compare
-        rules = list(m.DECODINGS) if i == 0 else m.CLAIMS_RULES
+        rules = list(city_generation.DECODINGS) if i == 0 else m.CLAIMS_RULES
         assert [key for key in q["texts"]] == rules
         for key in ("language", *rules):
             assert q[key]["scored"] > 0 and 1 <= q[key]["distinct"] <= q["n_windows"], key

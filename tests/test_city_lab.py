@@ -320,6 +320,10 @@ def test_scoring_stops_at_the_first_forbidden_token():
                                                  rel=1e-12)
     assert city_lab.first_forbidden(bad[0], 6) == 11
     assert city_lab.marked_continuation(bad[0], 6) == "she travels from paris to [paris ✗] …"
+    derails_at_once = city_lab.score_against_the_language(
+        _window("<bos> anna lives in paris . is"), prompt_len=6)
+    assert derails_at_once["forbidden"] == derails_at_once["scored"] == 1
+    assert math.isnan(derails_at_once["log_p_per_token"])
     again = city_lab.score_against_the_language(
         _window("<bos> anna lives in paris . paris is sunny . paris is sunny ."), 6)
     assert again["sentences"] == 2 and again["repeated"] == 0.5

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+import city_generation
 import city_lab
 import city_train
 import tensor
@@ -895,89 +896,31 @@ def serial_generation(model: transformer.DecoderLM, lengths=(8, 16, 31), batch: 
     return dict(batch=batch, rows=rows)
 
 
-# the decoding rules part 6 scores: generate()'s arguments; the sampled ones seeded by the model's
-# seed. Beam search's α only matters where hypotheses differ in length: here every one has n_new
-# tokens (no end token), so beam 4 at the paper's α = 0.6 ranks as it would at α = 0.
-DECODINGS = {"greedy": dict(),
-             "beam 2": dict(num_beams=2),
-             "beam 4, α = 0.6": dict(num_beams=4, length_penalty=0.6),
-             "beam 8": dict(num_beams=8),
-             "sampled": dict(sample=True, temperature=1.0),
-             "T = 0.7": dict(sample=True, temperature=0.7),
-             "top-k 10": dict(sample=True, top_k=10),
-             "top-p 0.9": dict(sample=True, top_p=0.9)}
-BEAMS = [name for name, rule in DECODINGS.items() if rule.get("num_beams", 1) > 1]
 # the rules generation_claims compares (the table shows the others at the first seed only)
-CLAIMS_RULES = ["greedy", *BEAMS, "sampled", "top-p 0.9"]
-
-
-def model_log_p_per_token(model: transformer.DecoderLM, windows: np.ndarray,
-                          prompt_len: int) -> float:
-    """The model's own mean log p per token of the windows' tokens after the prompt, one
-    teacher-forced pass (what beam search maximises, beside the language's true log p)."""
-    with no_grad():
-        logits = model(windows[:, :-1])
-        log_p = (logits - transformer.logsumexp(logits)).data     # (N, S - 1, V)
-    chosen = np.take_along_axis(log_p, windows[:, 1:, None], axis=-1)[..., 0]
-    return float(chosen[:, prompt_len - 1:].mean())
-
-
-def decode_by_rules(model: transformer.DecoderLM, prompts: np.ndarray, n_new: int, seed: int,
-                    rules) -> dict:
-    """{rule: (tokens (N, n_new), the model's log p of each row)}: the prompts continued by each
-    named rule of DECODINGS, sampling with an rng seeded by `seed`. Greedy decoding and beam search
-    give a prompt one answer, whatever the rest of the batch (tests/test_beam_search.py): each
-    distinct prompt is decoded once, then copied to its windows."""
-    distinct, copies = np.unique(prompts, axis=0, return_inverse=True)
-    decoded = {}
-    for name in rules:
-        rule = DECODINGS[name]
-        if rule.get("sample"):
-            generation = model.generate(prompts, n_new, rng=np.random.default_rng(seed), **rule)
-            decoded[name] = generation.tokens, generation.scores
-        else:
-            generation = model.generate(distinct, n_new, **rule)
-            decoded[name] = (generation.tokens[copies.ravel()],
-                             generation.scores[copies.ravel()])
-    return decoded
+CLAIMS_RULES = ["greedy", *city_generation.BEAMS, "sampled", "top-p 0.9"]
 
 
 def generation_quality(trained: city_train.TrainResult, seed: int, n_windows: int = 64,
-                       prompt_len: int = 6, rules: list | None = None) -> dict:
-    """Continue the first sentence (<bos> NAME lives in CITY .) of n_windows test stories to SEQ_LEN
-    tokens with the float64 copy of the final weights of a constant_lr_models run (trained at
-    `seed`) by every rule of DECODINGS (None) or those named in `rules`, and score each text
-    against the language and by the model's own log p per token; the test windows' own
-    continuations are the reference."""
+                       rules: list | None = None) -> dict:
+    """city_generation.scored_decodings of the float64 copy of a constant_lr_models run's final
+    weights (trained at `seed`), with its texts, the run's steps and test excess, and how far the
+    copy's log-probabilities are from the float32 original's."""
     ours = float64_model(trained)
-    test = city_lab.test_set()
-    # (N, 32) from <bos>
-    windows = np.concatenate([test.x, test.y[:, -1:]], axis=1)[:n_windows, :city_lab.SEQ_LEN]
-    prompts, n_new = windows[:, :prompt_len], city_lab.SEQ_LEN - prompt_len
-    texts, scores = {}, {}
-    for name, (tokens, log_p) in decode_by_rules(ours, prompts, n_new, seed,
-                                                 list(DECODINGS) if rules is None
-                                                 else rules).items():
-        texts[name] = np.concatenate([prompts, tokens], axis=1)
-        scores[name] = dict(city_lab.score_against_the_language(texts[name], prompt_len),
-                            model_log_p_per_token=float(log_p.mean() / n_new),
-                            distinct=len({tuple(row) for row in tokens}))
+    texts, scores = city_generation.scored_decodings(ours, seed, n_windows, rules=rules)
     [(steps, weights)] = trained.checkpoints
     original = city_train.build_model(**CITY_MODEL, seed=seed)
     original.load_state_dict(weights)
+    windows = city_generation.windows_of_the_test_set(n_windows)
     with torch.no_grad():
         theirs = torch.log_softmax(original(torch.from_numpy(windows[:8])).double(), dim=-1).numpy()
     with no_grad():
         logits = ours(windows[:8])
         mine = (logits - transformer.logsumexp(logits)).data
-    return dict(seed=seed, steps=steps, excess=trained.final_excess,
-                n_windows=n_windows, prompt_len=prompt_len, n_new=n_new,
-                float32_vs_float64=float(np.abs(theirs - mine).max()),
-                language=dict(city_lab.score_against_the_language(windows, prompt_len),
-                              model_log_p_per_token=model_log_p_per_token(ours, windows,
-                                                                          prompt_len),
-                              distinct=len({tuple(row) for row in windows[:, prompt_len:]})),
-                **scores, texts=texts, prompts_distinct=len({tuple(row) for row in prompts}))
+    prompt_len = city_generation.PROMPT_LEN
+    return dict(seed=seed, steps=steps, excess=trained.final_excess, n_windows=n_windows,
+                prompt_len=prompt_len, n_new=city_lab.SEQ_LEN - prompt_len,
+                float32_vs_float64=float(np.abs(theirs - mine).max()), **scores, texts=texts,
+                prompts_distinct=len({tuple(row) for row in windows[:, :prompt_len]}))
 
 
 # How far other float kernels move a claim's margin at a seed: one argmax that flips rewrites a
@@ -1013,9 +956,10 @@ GENERATION_CLAIMS = {
                                                                        q["sampled"]["repeated"])),
     "greedy_derails": ("greedy text still holds forbidden tokens (some of its windows derail)",
                        lambda q: forbidden_share(q["greedy"])),
-    "beam_likelier": (f"beam search ({', '.join(BEAMS)}) writes text the model finds likelier per "
-                      "token than greedy text",
-                      lambda q: min(q[beam]["model_log_p_per_token"] for beam in BEAMS)
+    "beam_likelier": (f"beam search ({', '.join(city_generation.BEAMS)}) writes text the model "
+                      "finds likelier per token than greedy text",
+                      lambda q: min(q[beam]["model_log_p_per_token"]
+                                    for beam in city_generation.BEAMS)
                       - q["greedy"]["model_log_p_per_token"]),
     "beam_repeats": ("beam 4 (the paper's) repeats its sentences more often than greedy text",
                      lambda q: q["beam 4, α = 0.6"]["repeated"] - q["greedy"]["repeated"]),
@@ -1115,7 +1059,7 @@ def print_generated_text(q: dict):
                 f"undefined). Decoded rows: the model of seed {q['seed']}; sampling at T = 1 "
                 "unless the row says otherwise.")
     rows = []
-    for key in ("language", *DECODINGS):
+    for key in ("language", *city_generation.DECODINGS):
         r = q[key]
         label = "the language (test windows)" if key == "language" else f"{common.KERNELS} {key}"
         # the model's log p of the language's text: trained weights, so printed in a ⚙ line below

@@ -523,7 +523,9 @@ def score_against_the_language(windows: np.ndarray, prompt_len: int) -> dict:
             seen.add(sentence)
     return dict(windows=len(windows), scored=scored, forbidden=forbidden,
                 allowed=1 - forbidden / scored, clean=clean,
-                log_p_per_token=log_p / (scored - forbidden), sentences=sentences,
+                # nan where every window derails at its first token: no allowed token to average
+                log_p_per_token=log_p / (scored - forbidden) if scored > forbidden else math.nan,
+                sentences=sentences,
                 repeated=repeated / max(sentences, 1))
 
 
