@@ -10,6 +10,7 @@ from conftest import load_script
 import city_generation
 import city_lab
 import common
+import recipe_figures
 import transformer
 from threads import torch_threads
 
@@ -169,7 +170,7 @@ def test_lr_schedule():
     assert r["step_zero"]["numpy"] == 0.0
     assert r["step_zero"]["python"].startswith("ZeroDivisionError")
     assert r["step_zero"]["lambda_lr"].startswith("ZeroDivisionError")
-    assert m.sci(r["peak"]) == "6.99e-4" and m.sci(r["at_100k"]) == "1.40e-4"
+    assert common.sci(r["peak"]) == "6.99e-4" and common.sci(r["at_100k"]) == "1.40e-4"
 
 
 @pytest.mark.parametrize("bad", [0, -1, np.array([0, 1])])
@@ -322,9 +323,9 @@ def test_averaging_cancels_the_jitter_of_a_constant_lr(averaging):
 
 
 def test_figures_are_written(tmp_path, averaging, cost):
-    m.draw_smoothing_cost(cost, str(tmp_path))
-    m.draw_lr_schedule(m.lr_schedule(), str(tmp_path))
-    m.draw_checkpoint_averaging(averaging, str(tmp_path))
+    recipe_figures.draw_smoothing_cost(cost, str(tmp_path))
+    recipe_figures.draw_lr_schedule(m.lr_schedule(), str(tmp_path))
+    recipe_figures.draw_checkpoint_averaging(averaging, str(tmp_path))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["05_checkpoint_averaging.png",
                                                           "05_label_smoothing.png",
                                                           "05_lr_schedule.png"]

@@ -110,7 +110,8 @@ def test_averages_scored_in_the_run_equal_the_checkpoints_averaged_afterwards():
             scorer = city_train.build_model(**TINY_MODEL)
             scorer.load_state_dict(city_train.average_state_dicts([checkpoints[s] for s in steps]))
             afterwards.append(city_train.evaluate(scorer))
-        assert result.averaged_excess == afterwards
+        assert list(result.averaged_excess.values()) == afterwards
+        assert list(result.averaged_excess) == [tuple(steps) for steps in averages]
         # the last step's own excess is the one training scored
         assert afterwards[0] == result.final_excess
     # train() scores the averages on a copy: the model keeps its trained weights
@@ -119,7 +120,7 @@ def test_averages_scored_in_the_run_equal_the_checkpoints_averaged_afterwards():
     doomed = city_train.run(model=dict(TINY_MODEL, seed=0),
                             training=dict(steps=20, lr=1e30, eval_every=None,
                                           averages=[[1], [20]]))
-    assert len(doomed.train_excess) < 20 and doomed.averaged_excess[-1] == math.inf
+    assert len(doomed.train_excess) < 20 and doomed.averaged_excess[(20,)] == math.inf
 
 
 def test_harness_bad_input_gets_a_clear_error():

@@ -29,18 +29,12 @@ import torch.nn.functional as F
 import city_generation
 import city_lab
 import city_train
+import recipe_figures
 import tensor
 import torch_ref
 import transformer
+from common import sci
 from tensor import Tensor, no_grad
-
-
-def sci(x: float, digits: int = 2) -> str:
-    """6.98771e-04 -> '6.99e-4', the way the notes write numbers."""
-    if x == 0:
-        return "0"
-    mantissa, exponent = f"{x:.{digits}e}".split("e")
-    return f"{mantissa}e{int(exponent)}"
 
 
 def _count_forwards(model: transformer.Module) -> list:
@@ -281,7 +275,7 @@ def show_label_smoothing(args):
                 "every position the most likely tokens stay the most likely (also the slides' q*: "
                 f"{r['rows'][-1]['slides']['argmax_unchanged']:,} / {r['positions']:,} at ε = "
                 f"{r['rows'][-1]['eps']}).")
-    draw_smoothing_cost(r, args.figures)
+    recipe_figures.draw_smoothing_cost(r, args.figures)
 
 
 def print_conventions(c: dict):
@@ -301,30 +295,6 @@ def print_conventions(c: dict):
                 f"{common.at_most(c['torch_grad_error'], ROUNDING)} (F.cross_entropy, "
                 f"label_smoothing={c['eps']}), {common.at_most(c['slides_grad_error'], ROUNDING)} "
                 "(slides' target, tensor.py autodiff).")
-
-
-@common.draws_figure
-def draw_smoothing_cost(r, figures_dir):
-    import matplotlib.pyplot as plt
-    grid = r["grid"]
-    fig, ax = plt.subplots(figsize=(6.2, 3.8))
-    ax.plot(grid, -1000 * np.log(1 - grid), "k--", lw=1, label="ceiling −log(1−ε)")
-    ax.plot(grid, -1000 * np.log(1 - grid + grid / r["V"]), ":", color="grey",
-            label="if every token were certain")
-    ax.plot(grid, r["curve"]["slides"], "-", color="tab:orange",
-            label="slides' q* = (1−ε)p + ε(1−p)/(V−1)")
-    ax.plot(grid, r["curve"]["torch"], "-", color="tab:blue", label="PyTorch's q* = (1−ε)p + ε/V")
-    for row in r["rows"]:
-        ax.plot(row["eps"], row["torch"]["cost"], "o", color="tab:blue")
-        ax.annotate(f"{row['torch']['cost']:.0f}", (row["eps"], row["torch"]["cost"]),
-                    textcoords="offset points", xytext=(6, -12), fontsize=8, color="tab:blue")
-    ax.set_xlabel("ε")
-    ax.set_ylabel("test cross-entropy − bound (mnat/token)")
-    ax.set_title(f"The exact price of label smoothing on the city language (V = {r['V']})",
-                 fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    common.save_figure(fig, "05_label_smoothing", figures_dir)
 
 
 # ---- Part 3 · §7.5 the learning-rate formula -----------------------------------------------------
@@ -406,37 +376,7 @@ def show_lr_schedule(args):
                 f"Counting updates from 1, the first lr is peak/{w} = {sci(r['step_one'], 3)}, "
                 f"not 0; LambdaLR(lambda s: noam_lr(s + 1)) gives "
                 f"{', '.join(sci(x, 3) for x in r['first_lrs'])} for the first three updates.")
-    draw_lr_schedule(r, args.figures)
-
-
-@common.draws_figure
-def draw_lr_schedule(r, figures_dir):
-    import matplotlib.pyplot as plt
-    show = r["steps"] <= 100_000
-    steps = r["steps"][show]
-    fig, ax = plt.subplots(figsize=(6.4, 3.6))
-    ax.plot(steps, r["lr"][show], label=f"d = {r['d_model']}")
-    ax.plot(steps, r["lr_1024"][show], label="d = 1024 (peak √2 lower)")
-    ax.plot([r["argmax"]], [r["peak"]], "ko", ms=4)
-    ax.annotate(f"peak {sci(r['peak'])} at step {r['argmax']:,}", (r["argmax"], r["peak"]),
-                xytext=(12, -2), textcoords="offset points", fontsize=8)
-    for s, lr in r["ex7"].items():
-        ax.plot([s], [lr], "s", color="tab:green", ms=4)
-    ax.annotate(f"steps 2,000 and 16,000: {sci(r['ex7'][2000])} (half the peak)",
-                (16000, r["ex7"][16000]), xytext=(8, 6), textcoords="offset points", fontsize=8,
-                color="tab:green")
-    ax.plot([100_000], [r["at_100k"]], "ko", ms=3)
-    ax.annotate(f"{sci(r['at_100k'])} at 100k", (100_000, r["at_100k"]), xytext=(-70, 10),
-                textcoords="offset points", fontsize=8)
-    ax.axvline(r["warmup"], color="grey", lw=0.8, ls=":")
-    ax.set_xlabel("step")
-    ax.set_ylabel("learning rate")
-    ax.set_title(f"d^−0.5 · min(step^−0.5, step · warmup^−1.5), warmup = {r['warmup']}",
-                 fontsize=10)
-    ax.ticklabel_format(axis="y", style="sci", scilimits=(0, 0))
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    common.save_figure(fig, "05_lr_schedule", figures_dir)
+    recipe_figures.draw_lr_schedule(r, args.figures)
 
 
 # ---- Part 4 · §7.5 Adam's first step -------------------------------------------------------------
@@ -487,13 +427,11 @@ def show_adam_first_step(args):
 
 
 # ---- Part 5 · §7.6 checkpoint averaging ----------------------------------------------------------
-# the model of parts 5 and 6 (city_train.build_model's sizes): 1 layer, so that its runs fit the
-# budget
+# the model of parts 5 and 6 (city_train.build_model's sizes): 1 layer, so its runs fit the budget
 CITY_MODEL = dict(n_layers=1, n_embd=64, n_head=4)
 LR, STEPS, CHECKPOINT_EVERY = 3e-3, 400, 50   # the constant lr, and the decaying lr's peak
 KS = (2, 3, 4, 5, None)   # averages of the last k checkpoints (None: all of them)
-# part 5 measures the jitter of a constant-lr run over its last JITTER_LAST checkpoints, this many
-# steps apart
+# the jitter of a constant-lr run: its last JITTER_LAST checkpoints, JITTER_EVERY steps apart
 JITTER_EVERY, JITTER_LAST = 10, 10
 
 
@@ -502,76 +440,47 @@ def checkpoint_steps(steps: int, every: int) -> list[int]:
 
 
 def jitter_steps(steps: int, jitter_every: int) -> list[int]:
-    """The steps of the last JITTER_LAST checkpoints jitter_every steps apart (fewer in a short
-    run)."""
-    return checkpoint_steps(steps, jitter_every)[-JITTER_LAST:]
+    return checkpoint_steps(steps, jitter_every)[-JITTER_LAST:]   # fewer in a short run
 
 
 def last_k(checkpoints: list, k: int | None) -> list:
     return checkpoints[-(k or len(checkpoints)):]
 
 
-def constant_lr_averages(steps: int, checkpoint_every: int, ks, jitter_every: int) -> list[list]:
-    """What a constant-lr run scores as it trains (city_train's `averages`): every checkpoint on its
-    own (the table) and every one of the jitter's, then the average of the last k checkpoints for
-    each k. The last step is left out of the first: training scores it anyway (final_excess)."""
+def averaging_run(seed: int, schedule: str = "constant", model_size: dict = CITY_MODEL,
+                  steps: int = STEPS, lr: float = LR, checkpoint_every: int = CHECKPOINT_EVERY,
+                  ks=KS, jitter_every: int = JITTER_EVERY) -> dict:
+    """A city_train.run at a constant lr or one decaying linearly to 0 that scores its checkpoints
+    as it trains; at a constant lr also the jitter's and the average of the last k for each k, and
+    it keeps its final weights (part 6 writes with them). The seed draws weights and batches."""
     checkpoints = checkpoint_steps(steps, checkpoint_every)
-    alone = sorted(set(checkpoints + jitter_steps(steps, jitter_every)) - {steps})
-    return [[step] for step in alone] + [last_k(checkpoints, k) for k in ks]
-
-
-def constant_lr_run(seed: int, model_size: dict = CITY_MODEL, steps: int = STEPS, lr: float = LR,
-                    checkpoint_every: int = CHECKPOINT_EVERY, ks=KS,
-                    jitter_every: int = JITTER_EVERY) -> dict:
-    """A city_train.run at a CONSTANT lr that scores its checkpoints and their averages as it
-    trains, and keeps its final weights (one checkpoint, the last step), which part 6 writes with.
-    The seed draws both the initial weights and the batches."""
+    alone, averaged, kept = checkpoints[:-1], [], {}
+    if schedule == "constant":
+        alone = sorted(set(alone + jitter_steps(steps, jitter_every)) - {steps})
+        averaged, kept = [last_k(checkpoints, k) for k in ks], dict(checkpoint_every=steps)
     return dict(model=dict(model_size, seed=seed),
-                training=dict(steps=steps, lr=lr, seed=seed, eval_every=None,
-                              checkpoint_every=steps,
-                              averages=constant_lr_averages(steps, checkpoint_every, ks,
-                                                            jitter_every)))
-
-
-def decaying_lr_run(seed: int, model_size: dict = CITY_MODEL, steps: int = STEPS, lr: float = LR,
-                    checkpoint_every: int = CHECKPOINT_EVERY) -> dict:
-    """The same run with the lr decaying linearly to 0, scored at the same checkpoints (its curve
-    is drawn)."""
-    return dict(model=dict(model_size, seed=seed),
-                training=dict(steps=steps, lr=lr, seed=seed, eval_every=None, schedule="linear",
-                              averages=[[step] for step in
-                                        checkpoint_steps(steps, checkpoint_every)[:-1]]))
+                training=dict(steps=steps, lr=lr, seed=seed, eval_every=None, schedule=schedule,
+                              averages=[[step] for step in alone] + averaged, **kept))
 
 
 def averaging_runs(seeds, model_size: dict = CITY_MODEL, steps: int = STEPS, lr: float = LR,
                    checkpoint_every: int = CHECKPOINT_EVERY, ks=KS, decayed: bool = True,
                    jitter_every: int = JITTER_EVERY) -> list[dict]:
-    """Part 5's runs: constant_lr_run at every seed, then (decayed=True) decaying_lr_run at every
-    seed. Every seed's runs are scored alike, so that they train in one stack."""
+    """Part 5's runs: averaging_run at every seed at a constant lr, then (decayed=True) with the lr
+    decaying. Every seed's runs are scored alike, so that they train in one stack."""
     if steps % checkpoint_every or steps % jitter_every:
         raise ValueError(f"averaging_runs: checkpoint_every ({checkpoint_every}) and jitter_every "
                          f"({jitter_every}) must divide steps ({steps}), so that the last "
                          "checkpoint is the trained model")
-    runs = [constant_lr_run(seed, model_size, steps, lr, checkpoint_every, ks, jitter_every)
-            for seed in seeds]
-    if decayed:
-        runs += [decaying_lr_run(seed, model_size, steps, lr, checkpoint_every) for seed in seeds]
-    return runs
-
-
-def scored(trained: city_train.TrainResult, run: dict) -> dict:
-    """{steps averaged (a tuple): test excess} of a run: what it scored as it trained, and its last
-    step alone."""
-    averages = [tuple(steps) for steps in run["training"]["averages"]]
-    return {(run["training"]["steps"],): trained.final_excess,
-            **dict(zip(averages, trained.averaged_excess))}
+    return [averaging_run(seed, schedule, model_size, steps, lr, checkpoint_every, ks,
+                          jitter_every)
+            for schedule in ("constant", "linear")[:1 + decayed] for seed in seeds]
 
 
 def jitter(excess: dict, steps: int, jitter_every: int, averaged: float) -> dict:
-    """The jitter that averaging cancels, on a constant-lr run's excesses ({(step,): excess}): its
-    last checkpoints jitter_every steps apart, their mean |change| from one to the next against
-    their mean change over all of them (the trend), how often they rise, and by how much the
-    `averaged` model's excess stays below the lowest of them."""
+    """The jitter that averaging cancels, from a constant-lr run's excesses ({(step,): excess}): the
+    last checkpoints jitter_every steps apart, their mean |change| against their mean change (the
+    trend), how often they rise, and how far the `averaged` model scores below the lowest."""
     at = jitter_steps(steps, jitter_every)
     values = [excess[(step,)] for step in at]
     changes = np.diff(values)
@@ -582,7 +491,7 @@ def jitter(excess: dict, steps: int, jitter_every: int, averaged: float) -> dict
 
 def seed_result(seed: int, constant: dict, decayed: dict | None, steps: int,
                 checkpoint_every: int, ks, jitter_every: int) -> dict:
-    """One seed's numbers from its runs' scores (scored(...)): the constant-lr run at every
+    """One seed's numbers from its runs' scores ({steps: excess}): the constant-lr run at every
     checkpoint, its averages, its jitter, and the decaying-lr run's curve and last excess."""
     checkpoints = checkpoint_steps(steps, checkpoint_every)
     averaged = {len(last_k(checkpoints, k)): constant[tuple(last_k(checkpoints, k))] for k in ks}
@@ -595,9 +504,8 @@ def seed_result(seed: int, constant: dict, decayed: dict | None, steps: int,
 
 
 def against_the_last(per_seed: list, decayed: bool) -> list[dict]:
-    """A row per model (last checkpoint, each average, the decayed lr): its excess at every seed,
-    its difference from the last checkpoint of the same seed, and the median, range and sign count
-    of those over the seeds (the seeds differ more than the methods do)."""
+    """A row per model (last checkpoint, each average, the decayed lr): its excess at each seed and
+    its difference from the same seed's last checkpoint (seeds differ more than methods do)."""
     rows = [dict(name="last", k=None, excess=[r["last"] for r in per_seed])]
     rows += [dict(name="average", k=k, excess=[r["averaged"][k] for r in per_seed])
              for k in per_seed[0]["averaged"]]
@@ -617,12 +525,13 @@ def checkpoint_averaging(seeds=(0, 1, 2), model_size: dict = CITY_MODEL, steps: 
     and (decayed=True) with the lr decaying. Test excess of every checkpoint, of the average of the
     last k checkpoints (k None: all of them) and of the decayed run; each one's difference from the
     last checkpoint of its own seed, and the median, range and sign count of those differences
-    over the seeds. Every run scores its checkpoints as it trains (an evaluation costs as much as
-    ~10 training steps); the first seed's are printed and drawn."""
+    over the seeds. The first seed's checkpoints are printed and drawn."""
     seeds = list(seeds)
     runs = averaging_runs(seeds, model_size, steps, lr, checkpoint_every, ks, decayed,
                           jitter_every)
-    excess = [scored(trained, run) for trained, run in zip(city_train.train_many(runs), runs)]
+    # {steps averaged (a tuple): test excess} of each run, its last step scored by training
+    excess = [{(steps,): trained.final_excess, **trained.averaged_excess}
+              for trained in city_train.train_many(runs)]
     per_seed = [seed_result(seed, excess[i], excess[len(seeds) + i] if decayed else None, steps,
                             checkpoint_every, ks, jitter_every) for i, seed in enumerate(seeds)]
     first = per_seed[0]
@@ -655,8 +564,7 @@ def part5_seeds(args) -> list[int]:
 
 
 def part5_runs(args) -> tuple:
-    """The runs show_checkpoint_averaging will ask for, so that common.main can start them before
-    part 1."""
+    """The runs show_checkpoint_averaging will ask for: common.main starts them before part 1."""
     return city_train.planned(averaging_runs(part5_seeds(args)))
 
 
@@ -667,7 +575,7 @@ def show_checkpoint_averaging(args):
     print_against_the_last(r)
     print_averaging_counts(r)
     print_jitter(r)
-    draw_checkpoint_averaging(r, args.figures)
+    recipe_figures.draw_checkpoint_averaging(r, args.figures)
 
 
 def print_checkpoints(r: dict):
@@ -791,68 +699,16 @@ def print_jitter(r: dict):
     common.note("Averaging from early in training drags in weights that were still poor.")
 
 
-@common.draws_figure
-def draw_checkpoint_averaging(r, figures_dir):
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import NullFormatter, ScalarFormatter
-    fig, (ax, seeds_ax) = plt.subplots(1, 2, figsize=(10.4, 3.9),
-                                       gridspec_kw=dict(width_ratios=(1.6, 1)))
-    ax.plot(*zip(*r["checkpoints"]), "o-", ms=4, color="tab:blue",
-            label=f"constant lr {r['lr']:g}: the checkpoints")
-    if r["decayed_curve"] is not None:
-        ax.plot(*zip(*r["decayed_curve"]), "s--", ms=3, color="tab:green",
-                label="lr decaying linearly to 0")
-    n, steps = len(r["checkpoints"]), [s for s, _ in r["checkpoints"]]
-    colors = dict(zip(r["averaged"],
-                      ("tab:orange", "tab:red", "tab:purple", "tab:pink", "tab:brown")))
-    for k, excess in r["averaged"].items():
-        label = f"average of all {k}" if k == n else f"average of the last {k}"
-        ax.plot([steps[-k], steps[-1]], [excess, excess], "|-", color=colors[k], ms=8, lw=2,
-                # shorter bars on top: they may share a height
-                zorder=3 + n - k, label=f"{label}: {excess:.0f}")
-    ax.set_yscale("log")
-    ax.yaxis.set_major_formatter(ScalarFormatter())
-    ax.yaxis.set_minor_formatter(NullFormatter())
-    ax.set_yticks([t for t in (25, 50, 100, 200, 400, 800)
-                   if t < 1.2 * max(e for _, e in r["checkpoints"])])
-    ax.set_xlabel("step")
-    ax.set_ylabel("test excess over the bound (mnat/token)")
-    ax.set_title(f"Averaging the last checkpoints of a constant-lr run, seed {r['seeds'][0]}\n"
-                 "each bar spans the checkpoints it averages", fontsize=10)
-    ax.grid(alpha=0.3, which="major")
-    ax.legend(fontsize=8)
-
-    # every seed: each model against the last checkpoint of its own run
-    rows = [row for row in r["rows"] if row["name"] != "last"]
-    for x, row in enumerate(rows):
-        color = colors.get(row["k"], "tab:green") if row["name"] == "average" else "tab:green"
-        seeds_ax.plot([x] * len(row["vs_last"]), row["vs_last"], "o", color=color, alpha=0.7, ms=5)
-        seeds_ax.plot([x - 0.25, x + 0.25], [row["vs_last_spread"][0]] * 2, "-", color="black",
-                      lw=1.5)
-    seeds_ax.axhline(0, color="grey", lw=0.8)
-    seeds_ax.set_xticks(range(len(rows)),
-                        [f"all {row['k']}" if row["k"] == n else "decay" if row["name"] == "decayed"
-                                           else f"last {row['k']}" for row in rows], fontsize=8)
-    seeds_ax.set_ylabel("excess − last checkpoint's (mnat/token)")
-    seeds_ax.set_title(f"{len(r['seeds'])} seed{'s' * (len(r['seeds']) > 1)} (one dot each; bar: "
-                       "median)\nbelow 0: better than the last checkpoint", fontsize=10)
-    seeds_ax.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
-    common.save_figure(fig, "05_checkpoint_averaging", figures_dir)
-
-
 # ---- Part 6 · §7.1, exercise 11 training is parallel, generation is serial -----------------------
 def constant_lr_models(seeds) -> dict[int, city_train.TrainResult]:
-    """Part 5's constant-lr runs (CITY_MODEL, Pre-LN, lr 3e-3, 400 steps, float32 torch_ref) at
-    every seed -> {seed: its TrainResult}, whose one checkpoint holds the final weights: the runs
-    part 5 trained if it ran (city_train keeps them), else trained now, side by side."""
+    """Part 5's constant-lr runs at every seed -> {seed: its TrainResult}, whose one checkpoint
+    holds the final weights: part 5's if it ran (city_train keeps them), else trained now."""
     seeds = list(seeds)
-    return dict(zip(seeds, city_train.train_many([constant_lr_run(seed) for seed in seeds])))
+    return dict(zip(seeds, city_train.train_many([averaging_run(seed) for seed in seeds])))
 
 
 def float64_model(trained: city_train.TrainResult) -> transformer.DecoderLM:
-    """The final weights of a constant_lr_models run in transformer.DecoderLM (float64,
-    tensor.py)."""
+    """A constant_lr_models run's final weights in transformer.DecoderLM (float64, tensor.py)."""
     [(_, weights)] = trained.checkpoints
     return torch_ref.float64_copy(weights, n_head=CITY_MODEL["n_head"])
 
@@ -1128,7 +984,6 @@ def print_generation_claims(over_seeds: dict):
         common.note(conclusion)
     else:
         common.kernel_note(conclusion)
-
 
 
 SEEDS = 5   # the default of --seeds: how many seeds a training claim is counted over

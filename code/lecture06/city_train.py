@@ -14,7 +14,7 @@ the test excess in milli-nats per token over the exact lower bound that only a k
     results = train_many([dict(model=..., training=...), ...])           # run() each, in order
     # checkpoint averaging scored in the run: the excess of the mean of the weights after each list
     result = run(model=dict(n_layers=1), training=dict(averages=[[300, 350, 400], [400]]))
-    result.averaged_excess                                               # [excess, excess]
+    result.averaged_excess                     # {(300, 350, 400): excess, (400,): excess}
 
 Every run uses one torch thread (threads.py says why), and this module is the one place that
 enforces it for training: a run gives the same bits alone, in a loop or in another process
@@ -95,17 +95,18 @@ class TrainResult:
                   out)
     checkpoints   [(step, state_dict copy)] every checkpoint_every steps (none if checkpoint_every
                   is None)
-    averaged_excess  for each list of steps in `averages`, the test excess of the element-wise
-                  average of the weights after those steps (checkpoint averaging, notes §7.6; one
-                  step: that checkpoint's own excess), scored in the run, so that what it sends
-                  back is these numbers, not the checkpoints; inf where the run ended before
+    averaged_excess  {steps (a tuple): excess} for each list of steps in `averages`: the test
+                  excess of the element-wise average of the weights after those steps (checkpoint
+                  averaging, notes §7.6; one step: that checkpoint's own excess), scored in the
+                  run, so that it sends back numbers, not checkpoints; inf where the run ended
+                  before
     """
     final_excess: float
     best_excess: float
     curve: list
     train_excess: list
     checkpoints: list
-    averaged_excess: list
+    averaged_excess: dict
 
 
 def lr_factor(step: int, steps: int, warmup: int, schedule: str) -> float:
@@ -149,16 +150,17 @@ def average_state_dicts(state_dicts: list) -> dict:
     return {name: sum(sd[name] for sd in state_dicts) / len(state_dicts) for name in state_dicts[0]}
 
 
-def score_averages(model, kept: dict, averages) -> list[float]:
-    """The test excess of the average of the weights kept after each list's steps ({step: state
-    dict}), scored on `model`, whose weights they replace; inf where a step was never reached."""
-    excess = []
-    for steps in averages:
+def score_averages(model, kept: dict, averages) -> dict:
+    """{steps (a tuple): the test excess of the average of the weights kept after those steps}
+    ({step: state dict}), scored on `model`, whose weights they replace; inf where a step was never
+    reached."""
+    excess = {}
+    for steps in map(tuple, averages):
         if all(step in kept for step in steps):
             model.load_state_dict(average_state_dicts([kept[step] for step in steps]))
-            excess.append(evaluate(model))
+            excess[steps] = evaluate(model)
         else:
-            excess.append(math.inf)
+            excess[steps] = math.inf
     return excess
 
 
@@ -271,7 +273,7 @@ class _Run:
     def __init__(self, eval_every):
         self.alive, self.eval_every = True, eval_every
         self.curve, self.train_excess, self.since_eval, self.checkpoints = [], [], [], []
-        self.kept, self.averaged_excess = {}, []   # {step: weights} for `averages`, their scores
+        self.kept, self.averaged_excess = {}, {}   # {step: weights} for `averages`, their scores
 
     def result(self) -> TrainResult:
         return TrainResult(final_excess=self.curve[-1][2],
