@@ -367,8 +367,8 @@ def generations():
 
 @pytest.fixture(scope="module")
 def generations_over_ten():
-    """The same over seeds 0-9 (part 5's constant-lr runs of averaging_over_seeds, kept by the
-    runner)."""
+    """The same over seeds 0-9 (part 5's constant-lr runs of averaging_over_seeds, kept by
+    city_train)."""
     return m.generation_over_seeds(m.constant_lr_models(CLAIM_SEEDS))
 
 

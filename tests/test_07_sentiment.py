@@ -174,7 +174,7 @@ def test_bad_sentence_is_explained(sentiment):
 def test_run_prints_every_part_and_draws(sentiment, results, tmp_path, capsys):
     import common
     common.main(sentiment.__doc__, sentiment.PARTS, ["--figures", str(tmp_path), "--seeds", "3"],
-                seeds=sentiment.SEEDS)   # the models of the fixtures, kept by runner.py
+                seeds=sentiment.SEEDS)   # the fixtures' models, kept by sentiment_train
     out = capsys.readouterr().out
     for text in ("Part 1", "Part 2", "Part 3", "max difference over 20 steps",
                  "with learned positions, contrast all correct: 3 of 3 seeds",

@@ -370,9 +370,9 @@ def attention(model: sentiment_train.SentimentTransformer,
 def attention_over_seeds(seeds=(common.DEFAULT_SEED,), steps: int = STEPS,
                          sentence: str = reviews.NOTES_SENTENCE) -> dict:
     """attention() of the model with positions trained `steps` Adam steps at every seed (Part 2's,
-    if it ran: runner.py keeps them) -> {"seeds", "per_seed": [one attention() per seed, with its
-    "seed"], "claims": the margin at each seed (> 0 where it holds) by which position 8 receives
-    the most, "but" (position 4) the second most, the prediction is right}."""
+    if it ran: sentiment_train keeps them) -> {"seeds", "per_seed": [one attention() per seed, with
+    its "seed"], "claims": the margin at each seed (> 0 where it holds) by which position 8
+    receives the most, "but" (position 4) the second most, the prediction is right}."""
     seeds = list(seeds)
     trained = sentiment_train.train_many(sentiment_train.transformer_runs(seeds, steps,
                                                                           positions=(True,)))
