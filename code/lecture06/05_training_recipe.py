@@ -454,13 +454,14 @@ def averaging_run(seed: int, schedule: str = "constant", model_size: dict = CITY
     as it trains; at a constant lr also the jitter's and the average of the last k for each k, and
     it keeps its final weights (part 6 writes with them). The seed draws weights and batches."""
     checkpoints = checkpoint_steps(steps, checkpoint_every)
-    alone, averaged, kept = checkpoints[:-1], [], {}
+    alone, averaged, final_weights = checkpoints[:-1], [], {}
     if schedule == "constant":
         alone = sorted(set(alone + jitter_steps(steps, jitter_every)) - {steps})
-        averaged, kept = [last_k(checkpoints, k) for k in ks], dict(checkpoint_every=steps)
+        # one checkpoint, after the last step
+        averaged, final_weights = [last_k(checkpoints, k) for k in ks], dict(checkpoint_every=steps)
     return dict(model=dict(model_size, seed=seed),
                 training=dict(steps=steps, lr=lr, seed=seed, eval_every=None, schedule=schedule,
-                              averages=[[step] for step in alone] + averaged, **kept))
+                              averages=[[step] for step in alone] + averaged, **final_weights))
 
 
 def averaging_runs(seeds, model_size: dict = CITY_MODEL, steps: int = STEPS, lr: float = LR,
