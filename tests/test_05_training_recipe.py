@@ -213,12 +213,13 @@ SEEDS, CLAIM_SEEDS = (0, 1, 2), tuple(range(10))
 
 @pytest.fixture(scope="module")
 def averaging():
-    return m.checkpoint_averaging(seeds=SEEDS)
+    """Every seed scored at every checkpoint: the jitter is asserted at each."""
+    return m.checkpoint_averaging(seeds=SEEDS, every_checkpoint_seeds=len(SEEDS))
 
 
 @pytest.fixture(scope="module")
 def averaging_over_seeds():
-    return m.checkpoint_averaging(seeds=CLAIM_SEEDS)
+    return m.checkpoint_averaging(seeds=CLAIM_SEEDS, every_checkpoint_seeds=len(CLAIM_SEEDS))
 
 
 def test_every_run_averages_its_own_checkpoints(averaging):
@@ -261,8 +262,8 @@ def test_averaging_gains_about_what_decaying_the_lr_gains_at_most_seeds(averagin
 
 def test_checkpoint_averaging_bookkeeping():
     """Tiny runs: the rows pair every seed with its own last checkpoint, an average is the test
-    excess of the averaged weights, and every checkpoint a run scores as it trains is the excess
-    training's own curve gives at that step."""
+    excess of the averaged weights, every checkpoint a run scores as it trains is the excess
+    training's own curve gives at that step, and only the first seed scores every checkpoint."""
     import city_train
     r = m.checkpoint_averaging(seeds=(3, 4), model_size=dict(n_layers=1, n_embd=16, n_head=2),
                                steps=20, checkpoint_every=4, ks=(2, None), jitter_every=2)
@@ -275,13 +276,13 @@ def test_checkpoint_averaging_bookkeeping():
                                  max(row["excess"]))
     first, second = r["runs"]
     assert r["decayed"] == first["decayed"] == first["decayed_curve"][-1][1]
-    for run in (first, second):
-        curve = city_train.run(model=dict(n_layers=1, n_embd=16, n_head=2, seed=run["seed"]),
-                               training=dict(steps=20, lr=3e-3, seed=run["seed"],
-                                             eval_every=2)).curve[1:]
-        # bit for bit: the checkpoints every 4 steps, the jitter's every 2
-        assert run["checkpoints"] == [(step, test) for step, _, test in curve if step % 4 == 0]
-        assert run["jitter"]["excess"] == [test for _, _, test in curve]
+    curve = city_train.run(model=dict(n_layers=1, n_embd=16, n_head=2, seed=3),
+                           training=dict(steps=20, lr=3e-3, seed=3, eval_every=2)).curve[1:]
+    # bit for bit: the checkpoints every 4 steps, the jitter's every 2
+    assert first["checkpoints"] == [(step, test) for step, _, test in curve if step % 4 == 0]
+    assert first["jitter"]["excess"] == [test for _, _, test in curve]
+    assert [e for _, e in second["checkpoints"]] == [None] * 4 + [second["last"]]
+    assert second["jitter"] is None and second["decayed_curve"][-1] == (20, second["decayed"])
     decayed_in_training = city_train.run(model=dict(n_layers=1, n_embd=16, n_head=2, seed=3),
                                          training=dict(steps=20, lr=3e-3, seed=3, eval_every=4,
                                                        schedule="linear"))
@@ -354,22 +355,29 @@ def test_training_scores_every_position_in_one_pass_generation_needs_one_pass_pe
 
 
 def test_part_6s_models_are_part_5s_constant_lr_runs(averaging):
-    [(seed, trained)] = m.constant_lr_models([0]).items()
-    assert seed == 0 and trained.final_excess == averaging["last"]   # the same run, bit for bit
+    """The same runs as part 5's, so that the script trains them once; bit for bit."""
+    seeds = list(range(5))
+    assert m.averaging_runs(seeds, decayed=False) == [
+        run for run in m.averaging_runs(seeds) if run["training"]["schedule"] == "constant"]
+    models = m.constant_lr_models(SEEDS, every_checkpoint_seeds=len(SEEDS))   # the fixture's
+    assert list(models) == list(SEEDS)
+    assert [trained.final_excess for trained in models.values()] == [run["last"]
+                                                                     for run in averaging["runs"]]
 
 
 @pytest.fixture(scope="module")
 def generations():
     """Text of part 6's model (400 steps) at 3 seeds by every decoding rule, scored against the
     language."""
-    return m.generation_over_seeds(m.constant_lr_models((0, 1, 2)))
+    return m.generation_over_seeds(m.constant_lr_models(SEEDS, every_checkpoint_seeds=len(SEEDS)))
 
 
 @pytest.fixture(scope="module")
 def generations_over_ten():
     """The same over seeds 0-9 (part 5's constant-lr runs of averaging_over_seeds, kept by
     city_train)."""
-    return m.generation_over_seeds(m.constant_lr_models(CLAIM_SEEDS))
+    return m.generation_over_seeds(m.constant_lr_models(CLAIM_SEEDS,
+                                                        every_checkpoint_seeds=len(CLAIM_SEEDS)))
 
 
 @pytest.mark.seeds
@@ -428,7 +436,8 @@ def test_every_decoding_rule_is_scored_and_the_model_scores_the_language_too(gen
             assert q[key]["distinct"] > q["greedy"]["distinct"], key
     # a rule decodes alike whichever others it is decoded beside
     second = generations["per_seed"][1]
-    trained = m.constant_lr_models((0, 1, 2))[second["seed"]]      # the fixture's, kept
+    # the fixture's, kept
+    trained = m.constant_lr_models(SEEDS, every_checkpoint_seeds=len(SEEDS))[second["seed"]]
     every_rule = m.generation_quality(trained, second["seed"])
     for key in m.CLAIMS_RULES:
         np.testing.assert_array_equal(every_rule["texts"][key], second["texts"][key])

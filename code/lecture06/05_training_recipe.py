@@ -183,10 +183,9 @@ def optimal_gap(V: int = 37000, eps: float = 0.1, correct: int = 3) -> dict:
 
 
 def conventions(V: int = 10, eps: float = 0.1, correct: int = 3, seed: int = 0) -> dict:
-    """Exercise 8: both targets at V = 10, and both gradients. PyTorch's target is read back from
-    its own gradient (p = softmax(z) − ∂loss/∂z); the slides' loss −Σ p log softmax(z) =
-    logsumexp(z) − p·z is built from transformer.py's primitives and differentiated by tensor.py's
-    autodiff."""
+    """Exercise 8: both targets at V = 10, and both gradients: PyTorch's target read back from its
+    gradient (p = softmax(z) − ∂loss/∂z); the slides' loss −Σ p log softmax(z) = logsumexp(z) − p·z
+    from transformer.py's primitives, differentiated by tensor.py's autodiff."""
     z_np = np.random.default_rng(seed).standard_normal(V)
     softmax = np.exp(z_np - np.logaddexp.reduce(z_np))
     z = torch.tensor(z_np[None], requires_grad=True)
@@ -449,14 +448,15 @@ def last_k(checkpoints: list, k: int | None) -> list:
 
 def averaging_run(seed: int, schedule: str = "constant", model_size: dict = CITY_MODEL,
                   steps: int = STEPS, lr: float = LR, checkpoint_every: int = CHECKPOINT_EVERY,
-                  ks=KS, jitter_every: int = JITTER_EVERY) -> dict:
-    """A city_train.run at a constant lr or one decaying linearly to 0 that scores its checkpoints
-    as it trains; at a constant lr also the jitter's and the average of the last k for each k, and
-    it keeps its final weights (part 6 writes with them). The seed draws weights and batches."""
+                  ks=KS, jitter_every: int = JITTER_EVERY, every_checkpoint: bool = True) -> dict:
+    """A city_train.run (the seed draws weights and batches), its lr constant or decaying linearly
+    to 0, that scores as it trains each checkpoint (every_checkpoint: also the jitter's); at a
+    constant lr also the averages of the last k, and it keeps its final weights for part 6."""
     checkpoints = checkpoint_steps(steps, checkpoint_every)
-    alone, averaged, final_weights = checkpoints[:-1], [], {}
+    alone, averaged, final_weights = checkpoints[:-1] if every_checkpoint else [], [], {}
     if schedule == "constant":
-        alone = sorted(set(alone + jitter_steps(steps, jitter_every)) - {steps})
+        if every_checkpoint:
+            alone = sorted(set(alone + jitter_steps(steps, jitter_every)) - {steps})
         # one checkpoint, after the last step
         averaged, final_weights = [last_k(checkpoints, k) for k in ks], dict(checkpoint_every=steps)
     return dict(model=dict(model_size, seed=seed),
@@ -466,23 +466,28 @@ def averaging_run(seed: int, schedule: str = "constant", model_size: dict = CITY
 
 def averaging_runs(seeds, model_size: dict = CITY_MODEL, steps: int = STEPS, lr: float = LR,
                    checkpoint_every: int = CHECKPOINT_EVERY, ks=KS, decayed: bool = True,
-                   jitter_every: int = JITTER_EVERY) -> list[dict]:
-    """Part 5's runs: averaging_run at every seed at a constant lr, then (decayed=True) with the lr
-    decaying. Every seed's runs are scored alike, so that they train in one stack."""
+                   jitter_every: int = JITTER_EVERY, every_checkpoint_seeds: int = 1) -> list[dict]:
+    """averaging_run at every seed, constant and (decayed) decaying lr. A score costs ~10 training
+    steps: only the first every_checkpoint_seeds seeds score every checkpoint (table, jitter,
+    figure). Runs scored alike train in one stack; the larger first, so two workers end together."""
     if steps % checkpoint_every or steps % jitter_every:
         raise ValueError(f"averaging_runs: checkpoint_every ({checkpoint_every}) and jitter_every "
                          f"({jitter_every}) must divide steps ({steps}), so that the last "
                          "checkpoint is the trained model")
     return [averaging_run(seed, schedule, model_size, steps, lr, checkpoint_every, ks,
-                          jitter_every)
-            for schedule in ("constant", "linear")[:1 + decayed] for seed in seeds]
+                          jitter_every, every_checkpoint=scored)
+            for group, scored in ((seeds[every_checkpoint_seeds:], False),
+                                  (seeds[:every_checkpoint_seeds], True))
+            for schedule in ("constant", "linear")[:1 + decayed] for seed in group]
 
 
-def jitter(excess: dict, steps: int, jitter_every: int, averaged: float) -> dict:
-    """The jitter that averaging cancels, from a constant-lr run's excesses ({(step,): excess}): the
-    last checkpoints jitter_every steps apart, their mean |change| against their mean change (the
-    trend), how often they rise, and how far the `averaged` model scores below the lowest."""
+def jitter(excess: dict, steps: int, jitter_every: int, averaged: float) -> dict | None:
+    """The jitter that averaging cancels, from a constant-lr run's excesses ({(step,): excess}; None
+    if it did not score them): its last checkpoints jitter_every steps apart, their mean |change|
+    against their mean change (the trend), how often they rise, and the `averaged` model's lead."""
     at = jitter_steps(steps, jitter_every)
+    if any((step,) not in excess for step in at):
+        return None
     values = [excess[(step,)] for step in at]
     changes = np.diff(values)
     return dict(steps=at, excess=values, mean_change=float(np.abs(changes).mean()),
@@ -493,14 +498,14 @@ def jitter(excess: dict, steps: int, jitter_every: int, averaged: float) -> dict
 def seed_result(seed: int, constant: dict, decayed: dict | None, steps: int,
                 checkpoint_every: int, ks, jitter_every: int) -> dict:
     """One seed's numbers from its runs' scores ({steps: excess}): the constant-lr run at every
-    checkpoint, its averages, its jitter, and the decaying-lr run's curve and last excess."""
+    checkpoint (None: not scored), its averages and jitter; the decaying-lr run's curve and end."""
     checkpoints = checkpoint_steps(steps, checkpoint_every)
     averaged = {len(last_k(checkpoints, k)): constant[tuple(last_k(checkpoints, k))] for k in ks}
-    return dict(seed=seed, checkpoints=[(step, constant[(step,)]) for step in checkpoints],
+    return dict(seed=seed, checkpoints=[(step, constant.get((step,))) for step in checkpoints],
                 last=constant[(steps,)], averaged=averaged,
                 jitter=jitter(constant, steps, jitter_every, averaged[min(5, len(checkpoints))]),
                 decayed=decayed[(steps,)] if decayed else None,
-                decayed_curve=([(step, decayed[(step,)]) for step in checkpoints] if decayed
+                decayed_curve=([(step, decayed.get((step,))) for step in checkpoints] if decayed
                                else None))
 
 
@@ -521,20 +526,20 @@ def against_the_last(per_seed: list, decayed: bool) -> list[dict]:
 
 def checkpoint_averaging(seeds=(0, 1, 2), model_size: dict = CITY_MODEL, steps: int = STEPS,
                          lr: float = LR, checkpoint_every: int = CHECKPOINT_EVERY, ks=KS,
-                         decayed: bool = True, jitter_every: int = JITTER_EVERY) -> dict:
-    """Train averaging_runs: for each seed a Pre-LN DecoderLM on the city language at a constant lr
-    and (decayed=True) with the lr decaying. Test excess of every checkpoint, of the average of the
-    last k checkpoints (k None: all of them) and of the decayed run; each one's difference from the
-    last checkpoint of its own seed, and the median, range and sign count of those differences
-    over the seeds. The first seed's checkpoints are printed and drawn."""
+                         decayed: bool = True, jitter_every: int = JITTER_EVERY,
+                         every_checkpoint_seeds: int = 1) -> dict:
+    """Train averaging_runs (a Pre-LN DecoderLM on the city language per seed and lr schedule): the
+    test excess of the checkpoints, of the average of the last k (None: all) and of the decayed
+    run; each one's difference from its own seed's last checkpoint, and their spread over seeds."""
     seeds = list(seeds)
     runs = averaging_runs(seeds, model_size, steps, lr, checkpoint_every, ks, decayed,
-                          jitter_every)
-    # {steps averaged (a tuple): test excess} of each run, its last step scored by training
-    excess = [{(steps,): trained.final_excess, **trained.averaged_excess}
-              for trained in city_train.train_many(runs)]
-    per_seed = [seed_result(seed, excess[i], excess[len(seeds) + i] if decayed else None, steps,
-                            checkpoint_every, ks, jitter_every) for i, seed in enumerate(seeds)]
+                          jitter_every, every_checkpoint_seeds)
+    # (schedule, seed) -> {steps averaged (a tuple): test excess}, the last step scored by training
+    excess = {(run["training"]["schedule"], run["model"]["seed"]):
+              {(steps,): trained.final_excess, **trained.averaged_excess}
+              for run, trained in zip(runs, city_train.train_many(runs))}
+    per_seed = [seed_result(seed, excess["constant", seed], excess.get(("linear", seed)), steps,
+                            checkpoint_every, ks, jitter_every) for seed in seeds]
     first = per_seed[0]
     return dict(seeds=seeds, **model_size, steps=steps, lr=lr,
                 checkpoint_every=checkpoint_every, n_checkpoints=len(first["checkpoints"]),
@@ -547,8 +552,7 @@ def checkpoint_averaging(seeds=(0, 1, 2), model_size: dict = CITY_MODEL, steps: 
 
 def averaging_vs_decay(r: dict, k: int = 5) -> list[float]:
     """Per seed: what averaging the last k checkpoints gains over the last checkpoint, divided by
-    what decaying the lr gains (1: the same; the notes say averaging does about as much as decaying
-    the lr)."""
+    what decaying the lr gains (1: the same; the notes: "about as much")."""
     rows = {row["k"] or row["name"]: row for row in r["rows"]}
     return [a / d for a, d in zip(rows[k]["vs_last"], rows["decayed"]["vs_last"])]
 
@@ -632,10 +636,9 @@ ABOUT_AS_MUCH = 1.5
 
 
 def averaging_claims(r: dict) -> dict:
-    """Part 5's claims, each as its margin at every seed (> 0 where it holds): a model beats the
-    last checkpoint by (last − its excess) mnat/token; averaging the last 5 gains "about as much"
-    as decaying the lr where the ratio of the two gains is within a factor of ABOUT_AS_MUCH (margin
-    log ABOUT_AS_MUCH − |log ratio|)."""
+    """Part 5's claims as margins at every seed (> 0 where it holds): a model beats the last
+    checkpoint by (last − its excess) mnat/token; averaging the last 5 gains "about as much" as
+    decaying the lr: margin log ABOUT_AS_MUCH − |log ratio| of the two gains."""
     rows = {row["k"] or row["name"]: row for row in r["rows"]}
     claims = {key: [-d for d in rows[key]["vs_last"]] for key in (5, "decayed", r["n_checkpoints"])}
     claims["about as much"] = [math.log(ABOUT_AS_MUCH) - abs(math.log(ratio)) if ratio > 0
@@ -701,11 +704,13 @@ def print_jitter(r: dict):
 
 
 # ---- Part 6 · §7.1, exercise 11 training is parallel, generation is serial -----------------------
-def constant_lr_models(seeds) -> dict[int, city_train.TrainResult]:
+def constant_lr_models(seeds, every_checkpoint_seeds: int = 1) -> dict[int, city_train.TrainResult]:
     """Part 5's constant-lr runs at every seed -> {seed: its TrainResult}, whose one checkpoint
     holds the final weights: part 5's if it ran (city_train keeps them), else trained now."""
-    seeds = list(seeds)
-    return dict(zip(seeds, city_train.train_many([averaging_run(seed) for seed in seeds])))
+    runs = averaging_runs(seeds, decayed=False, every_checkpoint_seeds=every_checkpoint_seeds)
+    by_seed = {run["model"]["seed"]: trained for run, trained in zip(runs,
+                                                                      city_train.train_many(runs))}
+    return {seed: by_seed[seed] for seed in seeds}
 
 
 def float64_model(trained: city_train.TrainResult) -> transformer.DecoderLM:
@@ -788,9 +793,8 @@ GENERATION_TIPPING = 0.03
 
 
 def generation_over_seeds(models: dict, n_windows: int = 64) -> dict:
-    """generation_quality of every model of constant_lr_models ({seed: TrainResult}): the first by
-    every rule (its table), the others by the rules generation_claims compares; and
-    generation_claims of them."""
+    """generation_claims of generation_quality of every model of constant_lr_models ({seed:
+    TrainResult}): the first by every rule (its table), the others by CLAIMS_RULES."""
     return generation_claims([generation_quality(trained, seed, n_windows,
                                                  rules=None if i == 0 else CLAIMS_RULES)
                               for i, (seed, trained) in enumerate(models.items())])
