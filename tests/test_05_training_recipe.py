@@ -7,9 +7,11 @@ import pytest
 
 from conftest import load_script
 
+import city_generation
 import city_lab
 import common
 import optim
+import recipe_figures
 import transformer
 from tensor import no_grad
 from threads import torch_threads
@@ -170,7 +172,7 @@ def test_lr_schedule():
     assert r["step_zero"]["numpy"] == 0.0
     assert r["step_zero"]["python"].startswith("ZeroDivisionError")
     assert r["step_zero"]["lambda_lr"].startswith("ZeroDivisionError")
-    assert m.sci(r["peak"]) == "6.99e-4" and m.sci(r["at_100k"]) == "1.40e-4"
+    assert common.sci(r["peak"]) == "6.99e-4" and common.sci(r["at_100k"]) == "1.40e-4"
 
 
 # ---- Part 4 · §7.5 Adam's first step (S7.5-f, Ex9) -----------------------------------------------
@@ -199,12 +201,13 @@ SEEDS, CLAIM_SEEDS = (0, 1, 2), tuple(range(10))
 
 @pytest.fixture(scope="module")
 def averaging():
-    return m.checkpoint_averaging(seeds=SEEDS)
+    """Every seed scored at every checkpoint: the jitter is asserted at each."""
+    return m.checkpoint_averaging(seeds=SEEDS, every_checkpoint_seeds=len(SEEDS))
 
 
 @pytest.fixture(scope="module")
 def averaging_over_seeds():
-    return m.checkpoint_averaging(seeds=CLAIM_SEEDS)
+    return m.checkpoint_averaging(seeds=CLAIM_SEEDS, every_checkpoint_seeds=len(CLAIM_SEEDS))
 
 
 def test_every_run_averages_its_own_checkpoints(averaging):
@@ -247,8 +250,8 @@ def test_averaging_gains_about_what_decaying_the_lr_gains_at_most_seeds(averagin
 
 def test_checkpoint_averaging_bookkeeping():
     """Tiny runs: the rows pair every seed with its own last checkpoint, an average is the test
-    excess of the averaged weights, and only the first seed is scored at every checkpoint, as
-    training scores it."""
+    excess of the averaged weights, every checkpoint a run scores as it trains is the excess
+    training's own curve gives at that step, and only the first seed scores every checkpoint."""
     import city_train
     r = m.checkpoint_averaging(seeds=(3, 4), model_size=dict(n_layers=1, n_embd=16, n_head=2),
                                steps=20, checkpoint_every=4, ks=(2, None), jitter_every=2)
@@ -260,13 +263,14 @@ def test_checkpoint_averaging_bookkeeping():
         assert row["spread"] == (float(np.median(row["excess"])), min(row["excess"]),
                                  max(row["excess"]))
     first, second = r["runs"]
-    assert all(e is not None for _, e in first["checkpoints"])
-    assert [e for _, e in second["checkpoints"]] == [None] * 4 + [second["last"]]
     assert r["decayed"] == first["decayed"] == first["decayed_curve"][-1][1]
-    scored_in_training = city_train.run(model=dict(n_layers=1, n_embd=16, n_head=2, seed=3),
-                                        training=dict(steps=20, lr=3e-3, seed=3, eval_every=4))
-    # bit for bit
-    assert first["checkpoints"] == [(step, test) for step, _, test in scored_in_training.curve[1:]]
+    curve = city_train.run(model=dict(n_layers=1, n_embd=16, n_head=2, seed=3),
+                           training=dict(steps=20, lr=3e-3, seed=3, eval_every=2)).curve[1:]
+    # bit for bit: the checkpoints every 4 steps, the jitter's every 2
+    assert first["checkpoints"] == [(step, test) for step, _, test in curve if step % 4 == 0]
+    assert first["jitter"]["excess"] == [test for _, _, test in curve]
+    assert [e for _, e in second["checkpoints"]] == [None] * 4 + [second["last"]]
+    assert second["jitter"] is None and second["decayed_curve"][-1] == (20, second["decayed"])
     decayed_in_training = city_train.run(model=dict(n_layers=1, n_embd=16, n_head=2, seed=3),
                                          training=dict(steps=20, lr=3e-3, seed=3, eval_every=4,
                                                        schedule="linear"))
@@ -274,15 +278,15 @@ def test_checkpoint_averaging_bookkeeping():
                                       for step, _, test in decayed_in_training.curve[1:]]
     # the jitter: the first seed's last 10 checkpoints, 2 steps apart, the last one training's
     j = r["jitter"]
+    assert j == first["jitter"]
     assert j["steps"] == list(range(2, 21, 2)) and j["excess"][-1] == first["last"]
-    # every 4 steps: bit for bit
-    assert j["excess"][1::2] == [e for _, e in first["checkpoints"]]
     changes = np.diff(j["excess"])
     assert (j["mean_change"], j["trend"], j["rises"]) == (np.abs(changes).mean(), changes.mean(),
                                                           (changes > 0).sum())
     assert j["averaged"] == first["averaged"][5] and j["below_lowest"] == min(j["excess"]) - j[
         "averaged"]
-    with pytest.raises(ValueError, match="must be a multiple of jitter_every"):
+    with pytest.raises(ValueError, match=r"checkpoint_every \(4\) and jitter_every \(3\) must "
+                                         r"divide steps \(20\)"):
         m.averaging_runs([0], steps=20, checkpoint_every=4, jitter_every=3)
     result = city_train.run(model=dict(n_layers=1, n_embd=16, n_head=2, seed=4),
                             training=dict(steps=20, lr=3e-3, seed=4, checkpoint_every=4))
@@ -291,22 +295,12 @@ def test_checkpoint_averaging_bookkeeping():
     assert city_train.evaluate(model) == second["averaged"][2]           # bit for bit
 
 
-def jitters(seeds) -> list:
-    """m.jitter of part 5's constant-lr run at every seed (the runner keeps the runs)."""
-    import city_train
-    runs = m.averaging_runs(seeds)[:len(seeds)]
-    return [m.jitter(trained, run["model"], m.test_excess_of(
-        [state_dict for step, state_dict in trained.checkpoints if step % 50 == 0][-5:],
-        run["model"]))
-        for trained, run in zip(city_train.train_many(runs), runs)]
-
-
 def test_averaging_cancels_the_jitter_of_a_constant_lr(averaging):
     """§7.6's "jitter", invisible in checkpoints 50 steps apart (the curve falls at each): between
     checkpoints 10 steps apart a constant-lr run's test excess rises as well as falls, moving by
     more than twice its trend, and the average of the last 5 checkpoints (steps 200-400) scores
     below every one of them. Asserted at seeds 0-2 (and over seeds 0-9, marked seeds)."""
-    measured = jitters(SEEDS)
+    measured = [run["jitter"] for run in averaging["runs"]]
     assert measured[0] == averaging["jitter"]
     for seed, j in zip(SEEDS, measured):
         assert j["steps"] == list(range(310, 401, 10)), seed
@@ -318,9 +312,9 @@ def test_averaging_cancels_the_jitter_of_a_constant_lr(averaging):
 
 
 def test_figures_are_written(tmp_path, averaging, cost):
-    m.draw_smoothing_cost(cost, str(tmp_path))
-    m.draw_lr_schedule(m.lr_schedule(), str(tmp_path))
-    m.draw_checkpoint_averaging(averaging, str(tmp_path))
+    recipe_figures.draw_smoothing_cost(cost, str(tmp_path))
+    recipe_figures.draw_lr_schedule(m.lr_schedule(), str(tmp_path))
+    recipe_figures.draw_checkpoint_averaging(averaging, str(tmp_path))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["05_checkpoint_averaging.png",
                                                           "05_label_smoothing.png",
                                                           "05_lr_schedule.png"]
@@ -348,100 +342,30 @@ def test_training_scores_every_position_in_one_pass_generation_needs_one_pass_pe
     assert "forward" not in vars(model)
 
 
-def _window(text):
-    return city_lab.encode(text)[None]
-
-
-def test_scoring_counts_what_the_language_allows_with_its_exact_probabilities():
-    text = ("<bos> anna lives in paris . she travels from paris to rome by bus . "
-            "she returns from rome to paris by bus .")
-    window = _window(text)
-    r = m.score_against_the_language(window, prompt_len=6)
-    # (L - 1, V): p of token t at row t - 1
-    p = city_lab.true_distributions(window)[0]
-    expected = [math.log(p[t - 1, window[0, t]]) for t in range(6, window.shape[1])]
-    assert (r["scored"] == len(expected) and r["forbidden"] == 0 and r["clean"] == 1
-            and r["allowed"] == 1.0)
-    assert r["log_p_per_token"] == pytest.approx(np.mean(expected), rel=1e-12)
-    assert r["sentences"] == 2 and r["repeated"] == 0.0
-
-
-def test_scoring_stops_at_the_first_forbidden_token():
-    # DEST is never HOME
-    bad = _window("<bos> anna lives in paris . she travels from paris to paris by bus .")
-    r = m.score_against_the_language(bad, prompt_len=6)
-    # she travels from paris to [paris]
-    assert r["scored"] == 6 and r["forbidden"] == 1 and r["clean"] == 0
-    assert r["allowed"] == pytest.approx(5 / 6, rel=1e-15)
-    p = city_lab.true_distributions(
-        _window("<bos> anna lives in paris . she travels from paris to"))[0]
-    allowed = city_lab.encode("she travels from paris to")
-    assert r["log_p_per_token"] == pytest.approx(np.mean(np.log(p[np.arange(5, 10), allowed])),
-                                                 rel=1e-12)
-    assert m._first_forbidden(bad[0], 6) == 11
-    assert m._marked(bad[0], 6) == "she travels from paris to [paris ✗] …"
-    again = m.score_against_the_language(
-        _window("<bos> anna lives in paris . paris is sunny . paris is sunny ."), 6)
-    assert again["sentences"] == 2 and again["repeated"] == 0.5
-
-
-def test_the_languages_own_windows_score_their_known_probabilities():
-    test = city_lab.test_set()
-    windows = np.concatenate([test.x, test.y[:, -1:]], axis=1)[:16, :city_lab.SEQ_LEN]
-    r = m.score_against_the_language(windows, prompt_len=6)
-    assert r["allowed"] == 1.0 and r["clean"] == 16 and r["scored"] == 16 * 26
-    assert r["log_p_per_token"] == pytest.approx(np.log(test.p_y[:16, 5:31]).mean(), rel=1e-12)
-
-
-def test_float64_copy_computes_what_the_float32_torch_model_computes():
-    import city_train
-    import torch
-    original = city_train.build_model(**m.CITY_MODEL, seed=3)
-    ours = m.float64_copy(original.state_dict())
-    x = city_lab.test_set().x[:4]
-    with torch.no_grad():
-        theirs = original(torch.from_numpy(np.array(x))).double().numpy()
-    with no_grad():
-        # float32 rounding, nothing more
-        assert np.abs(ours(x).data - theirs).max() <= 1e-4
-    broken = dict(original.state_dict())
-    broken["lm_head.weight"] = broken.pop("lm_head.weights")
-    with pytest.raises(ValueError, match="parameter names differ"):
-        m.float64_copy(broken)
-
-
-def test_weights_handed_to_a_worker_as_plain_data_are_the_same_bits():
-    import city_train
-    import json
-    original = city_train.build_model(**m.CITY_MODEL, seed=3).state_dict()
-    plain = json.loads(json.dumps(m.plain_weights(original)))     # what runner.py can key a run by
-    back = m.state_dict_of(plain)
-    assert list(back) == list(original)
-    for name, value in original.items():
-        assert back[name].dtype == value.dtype and torch_equal(back[name], value), name
-
-
-def torch_equal(a, b) -> bool:
-    return a.shape == b.shape and bool((a == b).all())
-
-
 def test_part_6s_models_are_part_5s_constant_lr_runs(averaging):
-    [(seed, trained)] = m.constant_lr_models([0]).items()
-    assert seed == 0 and trained.final_excess == averaging["last"]   # the same run, bit for bit
+    """The same runs as part 5's, so that the script trains them once; bit for bit."""
+    seeds = list(range(5))
+    assert m.averaging_runs(seeds, decayed=False) == [
+        run for run in m.averaging_runs(seeds) if run["training"]["schedule"] == "constant"]
+    models = m.constant_lr_models(SEEDS, every_checkpoint_seeds=len(SEEDS))   # the fixture's
+    assert list(models) == list(SEEDS)
+    assert [trained.final_excess for trained in models.values()] == [run["last"]
+                                                                     for run in averaging["runs"]]
 
 
 @pytest.fixture(scope="module")
 def generations():
     """Text of part 6's model (400 steps) at 3 seeds by every decoding rule, scored against the
     language."""
-    return m.generation_over_seeds(m.constant_lr_models((0, 1, 2)))
+    return m.generation_over_seeds(m.constant_lr_models(SEEDS, every_checkpoint_seeds=len(SEEDS)))
 
 
 @pytest.fixture(scope="module")
 def generations_over_ten():
-    """The same over seeds 0-9 (part 5's constant-lr runs of averaging_over_seeds, kept by the
-    runner)."""
-    return m.generation_over_seeds(m.constant_lr_models(CLAIM_SEEDS))
+    """The same over seeds 0-9 (part 5's constant-lr runs of averaging_over_seeds, kept by
+    city_train)."""
+    return m.generation_over_seeds(m.constant_lr_models(CLAIM_SEEDS,
+                                                        every_checkpoint_seeds=len(CLAIM_SEEDS)))
 
 
 @pytest.mark.seeds
@@ -468,7 +392,7 @@ def test_averaging_cancels_the_jitter_at_most_seeds(averaging_over_seeds):
     the checkpoints rose at 2-5 of 9 steps and moved by 2.2-30 times their trend; the average of the
     last 5 scored 1.7-15.7 mnat/token below the lowest of them (other kernels move an excess by a
     few). Asserted at >= 8 of 10 (1% at a true rate of 0.95)."""
-    measured = jitters(CLAIM_SEEDS)
+    measured = [run["jitter"] for run in averaging_over_seeds["runs"]]
     assert sum(j["rises"] >= 1 and j["mean_change"] > 2 * abs(j["trend"]) for j in measured) >= 8
     assert sum(j["below_lowest"] > 0 for j in measured) >= 8
 
@@ -487,10 +411,10 @@ def test_beam_search_is_likelier_under_the_model_and_nucleus_derails_less_at_mos
 
 
 def test_every_decoding_rule_is_scored_and_the_model_scores_the_language_too(generations):
-    assert m.BEAMS == ["beam 2", "beam 4, α = 0.6", "beam 8"]
+    assert city_generation.BEAMS == ["beam 2", "beam 4, α = 0.6", "beam 8"]
     for i, q in enumerate(generations["per_seed"]):
         # the first seed by every rule (its table), the others by those the claims compare
-        rules = list(m.DECODINGS) if i == 0 else m.CLAIMS_RULES
+        rules = list(city_generation.DECODINGS) if i == 0 else m.CLAIMS_RULES
         assert [key for key in q["texts"]] == rules
         for key in ("language", *rules):
             assert q[key]["scored"] > 0 and 1 <= q[key]["distinct"] <= q["n_windows"], key
@@ -500,9 +424,9 @@ def test_every_decoding_rule_is_scored_and_the_model_scores_the_language_too(gen
             assert q[key]["distinct"] > q["greedy"]["distinct"], key
     # a rule decodes alike whichever others it is decoded beside
     second = generations["per_seed"][1]
-    trained = m.constant_lr_models((0, 1, 2))[second["seed"]]      # the fixture's, kept
-    every_rule = m.generation_quality(trained.checkpoints[-1][1], trained.checkpoints[-1][0],
-                                      trained.final_excess, second["seed"])
+    # the fixture's, kept
+    trained = m.constant_lr_models(SEEDS, every_checkpoint_seeds=len(SEEDS))[second["seed"]]
+    every_rule = m.generation_quality(trained, second["seed"])
     for key in m.CLAIMS_RULES:
         np.testing.assert_array_equal(every_rule["texts"][key], second["texts"][key])
 

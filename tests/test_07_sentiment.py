@@ -1,15 +1,16 @@
 """Script 07 (notes §9.3, §2.4, exercise 12): every claim of the notes it serves.
 
 What every trained model must show is asserted at seeds 0, 1, 2 (make test); the count of "then
-'but'" over seeds 0-9 (make seeds). Transformers trained STEPS Adam steps; runner.py keeps them, so
-each is trained once per process. Margins are asserted well above what other float kernels change:
-OPENBLAS_CORETYPE=Sandybridge against Haswell moves a trained model's logits by up to 1e-4 and its
-attention by 1e-5.
+'but'" over seeds 0-9 (make seeds). Transformers trained STEPS Adam steps;
+sentiment_train.train_many keeps them, so each is trained once per process. Margins are asserted
+well above what other float kernels change: OPENBLAS_CORETYPE=Sandybridge against Haswell moves a
+trained model's logits by up to 1e-4 and its attention by 1e-5.
 """
 import numpy as np
 import pytest
 
 import common
+import sentiment_train
 
 from conftest import load_script
 
@@ -94,7 +95,7 @@ def received_by_hand(sentiment, parameters: dict, sentence: str) -> np.ndarray:
     centred = x - x.mean(axis=-1, keepdims=True)
     x = centred / np.sqrt((centred ** 2).mean(axis=-1, keepdims=True) + 1e-5)
     x = x * p["ln_1.weights"] + p["ln_1.bias"]                                   # (S, D)
-    heads, head_dim = sentiment.N_HEAD, sentiment.N_EMBD // sentiment.N_HEAD
+    heads, head_dim = sentiment_train.N_HEAD, sentiment_train.N_EMBD // sentiment_train.N_HEAD
 
     def split(name):   # (S, D) -> (h, S, Dh)
         y = x @ p[f"attention.{name}.weights"] + p[f"attention.{name}.bias"]
@@ -108,10 +109,10 @@ def received_by_hand(sentiment, parameters: dict, sentence: str) -> np.ndarray:
 
 def but_second_by_hand(sentiment, seeds) -> list:
     """At each seed, whether exactly one position receives more than 'but' (position 4), from the
-    numpy recomputation of the trained model's attention (runner.py keeps the models)."""
+    numpy recomputation of the trained model's attention (train_many keeps the models)."""
     import reviews
-    trained = sentiment.train_transformers(sentiment.transformer_runs(seeds, sentiment.STEPS,
-                                                                      positions=(True,)))
+    trained = sentiment_train.train_many(sentiment_train.transformer_runs(seeds, sentiment.STEPS,
+                                                                          positions=(True,)))
     assert reviews.NOTES_SENTENCE.split()[4] == "but"
     return [int(np.sum(received_by_hand(sentiment, t["parameters"], reviews.NOTES_SENTENCE)
                        > received_by_hand(sentiment, t["parameters"],
@@ -126,8 +127,8 @@ def test_but_second_is_counted_as_the_attention_weights_show(sentiment, attentio
     by_hand = but_second_by_hand(sentiment, SEEDS)
     assert common.holds(attention["claims"]["but_second"]) == sum(by_hand)
     assert [m > 0 for m in attention["claims"]["but_second"]] == [bool(b) for b in by_hand]
-    trained = sentiment.train_transformers(sentiment.transformer_runs(SEEDS, sentiment.STEPS,
-                                                                      positions=(True,)))
+    trained = sentiment_train.train_many(sentiment_train.transformer_runs(SEEDS, sentiment.STEPS,
+                                                                          positions=(True,)))
     for r, t in zip(attention["per_seed"], trained):
         expected = received_by_hand(sentiment, t["parameters"], reviews.NOTES_SENTENCE)
         assert np.abs(r["received"] - expected).max() < 1e-13
@@ -164,34 +165,8 @@ def test_margins_of_a_claim(sentiment):
     assert sentiment.second_margin(received, 0) == pytest.approx(-0.2)
 
 
-def test_a_worker_trains_the_same_bits(sentiment):
-    """Models trained in worker processes (sent home as arrays) equal the ones trained here, bit
-    for bit."""
-    import runner
-    runs = [dict(positions=True, seed=7, steps=3), dict(positions=False, seed=7, steps=3)]
-    here = [sentiment.train_transformer(**run) for run in runs]
-    there = runner.map(sentiment.train_transformer, runs, workers=2)
-    for a, b in zip(here, there):
-        assert a["losses"] == b["losses"]
-        assert list(a["parameters"]) == list(b["parameters"])
-        assert all(np.array_equal(a["parameters"][name], b["parameters"][name])
-                   for name in a["parameters"])
-
-
-def test_training_returns_plain_arrays_and_every_caller_loads_a_model_of_its_own(sentiment):
-    trained = sentiment.train_transformer(positions=True, seed=7, steps=2)
-    assert all(type(value) is np.ndarray for value in trained["parameters"].values())
-    first, second = (sentiment.load_transformer(True, trained["parameters"]) for _ in range(2))
-    assert not first.training
-    first.classifier.weights.data += 1.0
-    assert np.array_equal(second.classifier.weights.data,
-                          trained["parameters"]["classifier.weights"])
-    with pytest.raises(ValueError, match="load them with the positions they were trained with"):
-        sentiment.load_transformer(False, trained["parameters"])
-
-
 def test_bad_sentence_is_explained(sentiment):
-    untrained = sentiment.SentimentTransformer(positions=True).eval()
+    untrained = sentiment_train.SentimentTransformer(positions=True).eval()
     with pytest.raises(ValueError, match="not words of the review vocabulary"):
         sentiment.attention(untrained, sentence="the plot was superb")
 
@@ -199,7 +174,7 @@ def test_bad_sentence_is_explained(sentiment):
 def test_run_prints_every_part_and_draws(sentiment, results, tmp_path, capsys):
     import common
     common.main(sentiment.__doc__, sentiment.PARTS, ["--figures", str(tmp_path), "--seeds", "3"],
-                seeds=sentiment.SEEDS)   # the models of the fixtures, kept by runner.py
+                seeds=sentiment.SEEDS)   # the fixtures' models, kept by sentiment_train
     out = capsys.readouterr().out
     for text in ("Part 1", "Part 2", "Part 3", "max difference over 20 steps",
                  "with learned positions, contrast all correct: 3 of 3 seeds",

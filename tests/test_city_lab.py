@@ -286,6 +286,66 @@ def test_baselines_without_attention_stay_far_above_the_bound():
 
 
 # --------------------------------------------------------------------------------------------------
+# Scoring text against the language
+# --------------------------------------------------------------------------------------------------
+def _window(text):
+    return city_lab.encode(text)[None]
+
+
+def test_scoring_counts_what_the_language_allows_with_its_exact_probabilities():
+    text = ("<bos> anna lives in paris . she travels from paris to rome by bus . "
+            "she returns from rome to paris by bus .")
+    window = _window(text)
+    r = city_lab.score_against_the_language(window, prompt_len=6)
+    # (L - 1, V): p of token t at row t - 1
+    p = city_lab.true_distributions(window)[0]
+    expected = [math.log(p[t - 1, window[0, t]]) for t in range(6, window.shape[1])]
+    assert (r["scored"] == len(expected) and r["forbidden"] == 0 and r["clean"] == 1
+            and r["allowed"] == 1.0)
+    assert r["log_p_per_token"] == pytest.approx(np.mean(expected), rel=1e-12)
+    assert r["sentences"] == 2 and r["repeated"] == 0.0
+
+
+def test_scoring_stops_at_the_first_forbidden_token():
+    # DEST is never HOME
+    bad = _window("<bos> anna lives in paris . she travels from paris to paris by bus .")
+    r = city_lab.score_against_the_language(bad, prompt_len=6)
+    # she travels from paris to [paris]
+    assert r["scored"] == 6 and r["forbidden"] == 1 and r["clean"] == 0
+    assert r["allowed"] == pytest.approx(5 / 6, rel=1e-15)
+    p = city_lab.true_distributions(
+        _window("<bos> anna lives in paris . she travels from paris to"))[0]
+    allowed = city_lab.encode("she travels from paris to")
+    assert r["log_p_per_token"] == pytest.approx(np.mean(np.log(p[np.arange(5, 10), allowed])),
+                                                 rel=1e-12)
+    assert city_lab.first_forbidden(bad[0], 6) == 11
+    assert city_lab.marked_continuation(bad[0], 6) == "she travels from paris to [paris ✗] …"
+    derails_at_once = city_lab.score_against_the_language(
+        _window("<bos> anna lives in paris . is"), prompt_len=6)
+    assert derails_at_once["forbidden"] == derails_at_once["scored"] == 1
+    assert math.isnan(derails_at_once["log_p_per_token"])
+    again = city_lab.score_against_the_language(
+        _window("<bos> anna lives in paris . paris is sunny . paris is sunny ."), 6)
+    assert again["sentences"] == 2 and again["repeated"] == 0.5
+
+
+def test_a_continuation_the_language_allows_is_shown_whole_and_unmarked():
+    window = _window("<bos> anna lives in paris . paris is sunny .")[0]
+    assert city_lab.first_forbidden(window, 6) is None
+    assert city_lab.marked_continuation(window, 6) == "paris is sunny ."
+    assert city_lab.complete_sentences(["paris", "is", "sunny", ".", "<eos>", "<bos>", "anna"]) \
+        == [("paris", "is", "sunny", "."), ("<eos>", "<bos>")]
+
+
+def test_the_languages_own_windows_score_their_known_probabilities():
+    test = city_lab.test_set()
+    windows = np.concatenate([test.x, test.y[:, -1:]], axis=1)[:16, :city_lab.SEQ_LEN]
+    r = city_lab.score_against_the_language(windows, prompt_len=6)
+    assert r["allowed"] == 1.0 and r["clean"] == 16 and r["scored"] == 16 * 26
+    assert r["log_p_per_token"] == pytest.approx(np.log(test.p_y[:16, 5:31]).mean(), rel=1e-12)
+
+
+# --------------------------------------------------------------------------------------------------
 # Clear errors
 # --------------------------------------------------------------------------------------------------
 def test_bad_input_gets_a_clear_error():

@@ -94,6 +94,35 @@ def test_checkpoints_and_their_average():
     assert city_train.evaluate(model) == result.final_excess
 
 
+def test_averages_scored_in_the_run_equal_the_checkpoints_averaged_afterwards():
+    """What a run sends back instead of its checkpoints: the test excess of each average, the same
+    bits as averaging the checkpoints and scoring them afterwards, in the plain loop (train) and in
+    a stack (run); a step the run never reached scores inf."""
+    averages = [[20], [15, 20], [5, 10, 15, 20], [10]]
+    training = dict(steps=20, lr=1e-2, eval_every=None, checkpoint_every=5, averages=averages)
+    model = city_train.build_model(**TINY_MODEL, seed=2)
+    alone = city_train.train(model, seed=2, **training)
+    stacked = city_train.train_stack(TINY_MODEL, training, seeds=[1, 2])[1]
+    for result in (alone, stacked):
+        checkpoints = dict(result.checkpoints)
+        afterwards = []
+        for steps in averages:
+            scorer = city_train.build_model(**TINY_MODEL)
+            scorer.load_state_dict(city_train.average_state_dicts([checkpoints[s] for s in steps]))
+            afterwards.append(city_train.evaluate(scorer))
+        assert list(result.averaged_excess.values()) == afterwards
+        assert list(result.averaged_excess) == [tuple(steps) for steps in averages]
+        # the last step's own excess is the one training scored
+        assert afterwards[0] == result.final_excess
+    # train() scores the averages on a copy: the model keeps its trained weights
+    assert city_train.evaluate(model) == alone.final_excess
+    # lr 1e30: the loss leaves float32's range within a few steps, before step 20
+    doomed = city_train.run(model=dict(TINY_MODEL, seed=0),
+                            training=dict(steps=20, lr=1e30, eval_every=None,
+                                          averages=[[1], [20]]))
+    assert len(doomed.train_excess) < 20 and doomed.averaged_excess[(20,)] == math.inf
+
+
 def test_harness_bad_input_gets_a_clear_error():
     with pytest.raises(ValueError, match="init must be one of"):
         city_train.build_model(init="he")
@@ -108,6 +137,10 @@ def test_harness_bad_input_gets_a_clear_error():
         city_train.run(model=dict(n_layer=2), training={})
     with pytest.raises(ValueError, match="at least one"):
         city_train.average_state_dicts([])
+    for averages in ([[]], [[0, 10]], [[10, 21]], [[2.5]]):
+        with pytest.raises(ValueError, match=r"averages: each is a non-empty list of steps in "
+                                             r"1\.\.20"):
+            city_train.run(model=TINY_MODEL, training=dict(steps=20, averages=averages))
 
 
 def test_train_many_after_the_parent_used_several_threads_does_not_hang():

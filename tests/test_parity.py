@@ -12,7 +12,7 @@ import torch_ref
 import transformer
 from twins import max_diff, randomize_layernorms
 from gradcheck import leaf
-from tensor import Tensor
+from tensor import Tensor, no_grad
 
 TOL = 1e-12
 B, S, D, H, V = 3, 6, 16, 4, 11
@@ -329,3 +329,40 @@ def test_torch_ref_refuses_the_same_bad_arguments_as_ours(build, error, message)
     for module in (transformer, torch_ref):
         with pytest.raises(error, match=message):
             build(module)
+
+
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float64, TOL), (torch.float32, 1e-5)])
+def test_float64_copy_computes_what_the_trained_torch_model_computes(dtype, tolerance):
+    """A torch_ref.DecoderLM's weights copied into transformer.DecoderLM: the same logits, to
+    float64 rounding from a float64 model, to float32 rounding from a float32 one."""
+    original = torch_ref.DecoderLM(V, D, H, n_positions=S, n_layers=2, p_dropout=0.0).to(dtype)
+    randomize_layernorms_of_twin(original)
+    ours = torch_ref.float64_copy(original.state_dict(), n_head=H)
+    assert not ours.training and ours.n_positions == S and len(ours.layers) == 2
+    idx = np.random.default_rng(0).integers(0, V, (B, S))
+    with torch.no_grad():
+        theirs = original(torch.from_numpy(idx)).double()
+    with no_grad():
+        assert max_diff(ours(idx).data, theirs) <= tolerance
+
+
+def randomize_layernorms_of_twin(model: nn.Module):
+    """Every torch_ref.LayerNorm gets weights U(0.5, 1.5) and biases N(0, 0.3²): a copy that
+    skipped them would then show."""
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch_ref.LayerNorm):
+                module.weights.uniform_(0.5, 1.5)
+                module.bias.normal_(0.0, 0.3)
+
+
+def test_float64_copy_names_a_parameter_it_cannot_place():
+    original = torch_ref.DecoderLM(V, D, H, n_positions=S, n_layers=1, p_dropout=0.0)
+    renamed = dict(original.state_dict())
+    renamed["lm_head.weight"] = renamed.pop("lm_head.weights")
+    with pytest.raises(ValueError, match="parameter names differ"):
+        torch_ref.float64_copy(renamed, n_head=H)
+    post_ln = torch_ref.DecoderLM(V, D, H, n_positions=S, n_layers=1, p_dropout=0.0,
+                                  pre_ln=False)
+    with pytest.raises(ValueError, match="parameter names differ"):
+        torch_ref.float64_copy(post_ln.state_dict(), n_head=H)

@@ -4,13 +4,15 @@ Serves notes §7.1 (teacher forcing, part 1), §7.3 (label smoothing and its exa
 language, part 2), §7.5 (the learning-rate formula, part 3; Adam's first step, part 4) and §7.6
 (checkpoint averaging on the city language, part 5), and exercises 7-9. Part 1 runs transformer.py
 (lecture 5's tensor.py); parts 2 and 4 check PyTorch's conventions; part 5 trains PyTorch twins with
-city_train.py's harness: --seeds seeds (default 2) × a constant and a decaying lr, 400 steps each.
+city_train.py's harness: --seeds seeds (default 5) × a constant and a decaying lr, 400 steps each,
+each run scoring its checkpoints and their averages as it trains.
 
 Part 6 (§7.1's other half, exercise 11) counts the forward passes of training (one) and of
 generation (one per token), the positions computed with and without transformer.py's KV cache (n
-against n(n+1)/2), and scores what a city-language model writes, greedy and sampled, against the
-language's exact distribution, over --seeds seeds. Its models are part 5's constant-lr runs
-(`constant_lr_models`: the ones part 5 trained, or trained by part 6 when it runs alone).
+against n(n+1)/2), and scores what a city-language model writes, greedy, by beam search and
+sampled, against the language's exact distribution, over the first 3 seeds. Its models are part
+5's constant-lr runs (`constant_lr_models`: the ones part 5 trained, or trained by part 6 when it
+runs alone), copied into transformer.py's DecoderLM; it decodes in this process.
 
     python code/lecture06/05_training_recipe.py [--part N] [--seed S] [--seeds N] [--quick]
 """
@@ -18,29 +20,22 @@ from __future__ import annotations
 
 import common  # first: one BLAS thread before numpy loads, and lecture 5's code importable
 
-import base64
-import dataclasses
 import math
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+import city_generation
 import city_lab
 import city_train
 import optim
-import runner
+import recipe_figures
 import tensor
+import torch_ref
 import transformer
+from common import sci
 from tensor import Tensor, no_grad
-
-
-def sci(x: float, digits: int = 2) -> str:
-    """6.98771e-04 -> '6.99e-4', the way the notes write numbers."""
-    if x == 0:
-        return "0"
-    mantissa, exponent = f"{x:.{digits}e}".split("e")
-    return f"{mantissa}e{int(exponent)}"
 
 
 def _count_forwards(model: transformer.Module) -> list:
@@ -98,8 +93,8 @@ def teacher_forcing(n_embd: int = 16, n_head: int = 2, n_layers: int = 2, seed: 
 
 
 def show_teacher_forcing(args):
-    r = teacher_forcing(seed=args.seed)
     common.header(1, "§7.1", "Teacher forcing: every position's loss from one forward pass")
+    r = teacher_forcing(seed=args.seed)
     common.note("A causal 2-layer DecoderLM (d = 16, random init, eval mode), vocabulary "
                 f"{r['vocab']}.\n"
                 f"Input (the target shifted right): {' '.join(r['inputs'])}\n"
@@ -189,10 +184,9 @@ def optimal_gap(V: int = 37000, eps: float = 0.1, correct: int = 3) -> dict:
 
 
 def conventions(V: int = 10, eps: float = 0.1, correct: int = 3, seed: int = 0) -> dict:
-    """Exercise 8: both targets at V = 10, and both gradients. PyTorch's target is read back from
-    its own gradient (p = softmax(z) − ∂loss/∂z); the slides' loss −Σ p log softmax(z) =
-    logsumexp(z) − p·z is built from transformer.py's primitives and differentiated by tensor.py's
-    autodiff."""
+    """Exercise 8: both targets at V = 10, and both gradients: PyTorch's target read back from its
+    gradient (p = softmax(z) − ∂loss/∂z); the slides' loss −Σ p log softmax(z) = logsumexp(z) − p·z
+    from transformer.py's primitives, differentiated by tensor.py's autodiff."""
     z_np = np.random.default_rng(seed).standard_normal(V)
     softmax = np.exp(z_np - np.logaddexp.reduce(z_np))
     z = torch.tensor(z_np[None], requires_grad=True)
@@ -243,8 +237,8 @@ def smoothing_cost(epsilons=(0.01, 0.05, 0.1, 0.2)) -> dict:
 
 
 def show_label_smoothing(args):
-    g = optimal_gap()
     common.header(2, "§7.3", "Label smoothing: a finite optimum, two conventions, an exact price")
+    g = optimal_gap()
     common.note(f"V = {g['V']:,}, ε = {g['eps']}: the smoothed loss is minimised where softmax(z) "
                 "= p, so the correct logit beats the others by log(p_correct/p_other):")
     common.table([[row["convention"], f"{row['p_correct']:.7f}", sci(row["p_other"], 4),
@@ -281,7 +275,7 @@ def show_label_smoothing(args):
                 "every position the most likely tokens stay the most likely (also the slides' q*: "
                 f"{r['rows'][-1]['slides']['argmax_unchanged']:,} / {r['positions']:,} at ε = "
                 f"{r['rows'][-1]['eps']}).")
-    draw_smoothing_cost(r, args.figures)
+    recipe_figures.draw_smoothing_cost(r, args.figures)
 
 
 def print_conventions(c: dict):
@@ -303,32 +297,12 @@ def print_conventions(c: dict):
                 "(slides' target, tensor.py autodiff).")
 
 
-@common.draws_figure
-def draw_smoothing_cost(r, figures_dir):
-    import matplotlib.pyplot as plt
-    grid = r["grid"]
-    fig, ax = plt.subplots(figsize=(6.2, 3.8))
-    ax.plot(grid, -1000 * np.log(1 - grid), "k--", lw=1, label="ceiling −log(1−ε)")
-    ax.plot(grid, -1000 * np.log(1 - grid + grid / r["V"]), ":", color="grey",
-            label="if every token were certain")
-    ax.plot(grid, r["curve"]["slides"], "-", color="tab:orange",
-            label="slides' q* = (1−ε)p + ε(1−p)/(V−1)")
-    ax.plot(grid, r["curve"]["torch"], "-", color="tab:blue", label="PyTorch's q* = (1−ε)p + ε/V")
-    for row in r["rows"]:
-        ax.plot(row["eps"], row["torch"]["cost"], "o", color="tab:blue")
-        ax.annotate(f"{row['torch']['cost']:.0f}", (row["eps"], row["torch"]["cost"]),
-                    textcoords="offset points", xytext=(6, -12), fontsize=8, color="tab:blue")
-    ax.set_xlabel("ε")
-    ax.set_ylabel("test cross-entropy − bound (mnat/token)")
-    ax.set_title(f"The exact price of label smoothing on the city language (V = {r['V']})",
-                 fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    common.save_figure(fig, "05_label_smoothing", figures_dir)
-
-
 # ---- Part 3 · §7.5 the learning-rate formula -----------------------------------------------------
-def lr_schedule(d_model: int = 512, warmup: int = 4000, last: int = 200_000) -> dict:
+# the paper's base model and its warmup
+D_MODEL, WARMUP = 512, 4000
+
+
+def lr_schedule(d_model: int = D_MODEL, warmup: int = WARMUP, last: int = 200_000) -> dict:
     """optim.noam_lr: peak, value at 100k, the d = 1024 ratio, the argmax over steps, exercise
     7, step 0."""
     steps = np.arange(1, last + 1)
@@ -374,10 +348,10 @@ def lr_schedule(d_model: int = 512, warmup: int = 4000, last: int = 200_000) -> 
 
 
 def show_lr_schedule(args):
-    r = lr_schedule()
-    d, w = r["d_model"], r["warmup"]
+    d, w = D_MODEL, WARMUP
     common.header(3, "§7.5", "The paper's learning rate: d^−0.5 · min(step^−0.5, step · "
                              f"warmup^−1.5), d = {d}, warmup = {w}")
+    r = lr_schedule(d, w)
     ex7, parts = r["ex7"], r["ex7_parts"]
     common.table([["peak, at step warmup", f"{d}^−0.5 · {w}^−0.5", sci(r["peak"])],
                   [f"argmax over steps 1..{len(r['steps']):,}", "", f"{r['argmax']:,}"],
@@ -398,46 +372,19 @@ def show_lr_schedule(args):
                 f"  numpy:                  min(inf, 0) = {z['numpy']}: a wasted first update "
                 "(and a RuntimeWarning)\n"
                 f"  torch LambdaLR(formula) {z['lambda_lr']} (it evaluates step 0 when built)\n"
-                f"  transformer.noam_lr(0)  {z['noam_lr']}\n"
+                f"  optim.noam_lr(0)  {z['noam_lr']}\n"
                 f"Counting updates from 1, the first lr is peak/{w} = {sci(r['step_one'], 3)}, "
                 f"not 0; LambdaLR(lambda s: noam_lr(s + 1)) gives "
                 f"{', '.join(sci(x, 3) for x in r['first_lrs'])} for the first three updates.")
-    draw_lr_schedule(r, args.figures)
-
-
-@common.draws_figure
-def draw_lr_schedule(r, figures_dir):
-    import matplotlib.pyplot as plt
-    show = r["steps"] <= 100_000
-    steps = r["steps"][show]
-    fig, ax = plt.subplots(figsize=(6.4, 3.6))
-    ax.plot(steps, r["lr"][show], label=f"d = {r['d_model']}")
-    ax.plot(steps, r["lr_1024"][show], label="d = 1024 (peak √2 lower)")
-    ax.plot([r["argmax"]], [r["peak"]], "ko", ms=4)
-    ax.annotate(f"peak {sci(r['peak'])} at step {r['argmax']:,}", (r["argmax"], r["peak"]),
-                xytext=(12, -2), textcoords="offset points", fontsize=8)
-    for s, lr in r["ex7"].items():
-        ax.plot([s], [lr], "s", color="tab:green", ms=4)
-    ax.annotate(f"steps 2,000 and 16,000: {sci(r['ex7'][2000])} (half the peak)",
-                (16000, r["ex7"][16000]), xytext=(8, 6), textcoords="offset points", fontsize=8,
-                color="tab:green")
-    ax.plot([100_000], [r["at_100k"]], "ko", ms=3)
-    ax.annotate(f"{sci(r['at_100k'])} at 100k", (100_000, r["at_100k"]), xytext=(-70, 10),
-                textcoords="offset points", fontsize=8)
-    ax.axvline(r["warmup"], color="grey", lw=0.8, ls=":")
-    ax.set_xlabel("step")
-    ax.set_ylabel("learning rate")
-    ax.set_title(f"d^−0.5 · min(step^−0.5, step · warmup^−1.5), warmup = {r['warmup']}",
-                 fontsize=10)
-    ax.ticklabel_format(axis="y", style="sci", scilimits=(0, 0))
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    common.save_figure(fig, "05_lr_schedule", figures_dir)
+    recipe_figures.draw_lr_schedule(r, args.figures)
 
 
 # ---- Part 4 · §7.5 Adam's first step -------------------------------------------------------------
+ADAM_LR, ADAM_BETAS = 1e-3, (0.9, 0.98)   # the paper's betas
+
+
 def adam_first_step(gradients=tuple((-1) ** i * 10.0 ** e for i, e in enumerate(range(-6, 4))),
-                    lr: float = 1e-3, betas=(0.9, 0.98), epsilons=(1e-9, 1e-8)) -> dict:
+                    lr: float = ADAM_LR, betas=ADAM_BETAS, epsilons=(1e-9, 1e-8)) -> dict:
     """One Adam step from θ = 0 on one parameter per gradient value, with torch.optim.Adam and with
     optim.Adam: update/lr against |g|/(|g| + ε), and SGD's update/lr = g for contrast."""
     g = np.array(gradients, dtype=np.float64)
@@ -456,10 +403,10 @@ def adam_first_step(gradients=tuple((-1) ** i * 10.0 ** e for i, e in enumerate(
 
 
 def show_adam_first_step(args):
-    r = adam_first_step()
+    common.header(4, "§7.5", f"Adam's first step: update ≈ lr · sign(g), lr = {sci(ADAM_LR, 0)}, "
+                             f"β = {ADAM_BETAS}")
+    r = adam_first_step(lr=ADAM_LR, betas=ADAM_BETAS)
     rows, (e1, e2) = r["rows"], r["epsilons"]
-    common.header(4, "§7.5", f"Adam's first step: update ≈ lr · sign(g), lr = {sci(r['lr'], 0)}, "
-                             f"β = {r['betas']}")
     common.note("Bias correction makes m̂ = g and v̂ = g² after one step, so the update is lr · "
                 "g/(|g| + ε):")
     common.table([[sci(g, 0), sci(g, 0),
@@ -480,150 +427,133 @@ def show_adam_first_step(args):
 
 
 # ---- Part 5 · §7.6 checkpoint averaging ----------------------------------------------------------
-# the model of parts 5 and 6 (city_train.build_model's sizes): 1 layer, so that its runs fit the
-# budget
+# the model of parts 5 and 6 (city_train.build_model's sizes): 1 layer, so its runs fit the budget
 CITY_MODEL = dict(n_layers=1, n_embd=64, n_head=4)
+LR, STEPS, CHECKPOINT_EVERY = 3e-3, 400, 50   # the constant lr, and the decaying lr's peak
+KS = (2, 3, 4, 5, None)   # averages of the last k checkpoints (None: all of them)
+# the jitter of a constant-lr run: its last JITTER_LAST checkpoints, JITTER_EVERY steps apart
+JITTER_EVERY, JITTER_LAST = 10, 10
 
 
-# part 5 measures the jitter of a constant-lr run between checkpoints this many steps apart
-JITTER_EVERY = 10
+def checkpoint_steps(steps: int, every: int) -> list[int]:
+    return list(range(every, steps + 1, every))
 
 
-def constant_lr_run(seed: int, model_size: dict = CITY_MODEL, steps: int = 400, lr: float = 3e-3,
-                    jitter_every: int = JITTER_EVERY) -> dict:
-    """A city_train.run at a CONSTANT lr with a checkpoint every `jitter_every` steps, the test set
-    scored after the last step: part 5 averages some of its checkpoints and measures the jitter
-    between the last ones, part 6 writes with its last one. The seed draws both the initial
-    weights and the batches."""
+def jitter_steps(steps: int, jitter_every: int) -> list[int]:
+    return checkpoint_steps(steps, jitter_every)[-JITTER_LAST:]   # fewer in a short run
+
+
+def last_k(checkpoints: list, k: int | None) -> list:
+    return checkpoints[-(k or len(checkpoints)):]
+
+
+def averaging_run(seed: int, schedule: str = "constant", model_size: dict = CITY_MODEL,
+                  steps: int = STEPS, lr: float = LR, checkpoint_every: int = CHECKPOINT_EVERY,
+                  ks=KS, jitter_every: int = JITTER_EVERY, every_checkpoint: bool = True) -> dict:
+    """A city_train.run (the seed draws weights and batches), its lr constant or decaying linearly
+    to 0, that scores as it trains each checkpoint (every_checkpoint: also the jitter's); at a
+    constant lr also the averages of the last k, and it keeps its final weights for part 6."""
+    checkpoints = checkpoint_steps(steps, checkpoint_every)
+    alone, averaged, final_weights = checkpoints[:-1] if every_checkpoint else [], [], {}
+    if schedule == "constant":
+        if every_checkpoint:
+            alone = sorted(set(alone + jitter_steps(steps, jitter_every)) - {steps})
+        # one checkpoint, after the last step
+        averaged, final_weights = [last_k(checkpoints, k) for k in ks], dict(checkpoint_every=steps)
     return dict(model=dict(model_size, seed=seed),
-                training=dict(steps=steps, lr=lr, seed=seed, eval_every=steps,
-                              checkpoint_every=jitter_every))
+                training=dict(steps=steps, lr=lr, seed=seed, eval_every=None, schedule=schedule,
+                              averages=[[step] for step in alone] + averaged, **final_weights))
 
 
-def decaying_lr_run(seed: int, model_size: dict = CITY_MODEL, steps: int = 400, lr: float = 3e-3,
-                    checkpoint_every: int = 50) -> dict:
-    """The same run with the lr decaying linearly to 0, checkpointed alike: the first seed's
-    checkpoints are scored afterwards (its curve is drawn), so that every seed's run has the same
-    settings and all of them train in one stack."""
-    return dict(model=dict(model_size, seed=seed),
-                training=dict(steps=steps, lr=lr, seed=seed, eval_every=steps,
-                              schedule="linear", checkpoint_every=checkpoint_every))
+def averaging_runs(seeds, model_size: dict = CITY_MODEL, steps: int = STEPS, lr: float = LR,
+                   checkpoint_every: int = CHECKPOINT_EVERY, ks=KS, decayed: bool = True,
+                   jitter_every: int = JITTER_EVERY, every_checkpoint_seeds: int = 1) -> list[dict]:
+    """averaging_run at every seed, constant and (decayed) decaying lr. A score costs ~10 training
+    steps: only the first every_checkpoint_seeds seeds score every checkpoint (table, jitter,
+    figure). Runs scored alike train in one stack; the larger first, so two workers end together."""
+    if steps % checkpoint_every or steps % jitter_every:
+        raise ValueError(f"averaging_runs: checkpoint_every ({checkpoint_every}) and jitter_every "
+                         f"({jitter_every}) must divide steps ({steps}), so that the last "
+                         "checkpoint is the trained model")
+    return [averaging_run(seed, schedule, model_size, steps, lr, checkpoint_every, ks,
+                          jitter_every, every_checkpoint=scored)
+            for group, scored in ((seeds[every_checkpoint_seeds:], False),
+                                  (seeds[:every_checkpoint_seeds], True))
+            for schedule in ("constant", "linear")[:1 + decayed] for seed in group]
 
 
-def test_excess_of(state_dicts: list, model: dict) -> float:
-    """Test excess (mnat/token) of the element-wise average of some checkpoints of a model built as
-    `model`."""
-    net = city_train.build_model(**model)
-    net.load_state_dict(city_train.average_state_dicts(state_dicts))
-    return city_train.evaluate(net)
-
-
-def averaging_runs(seeds, model_size: dict = CITY_MODEL, steps: int = 400, lr: float = 3e-3,
-                   checkpoint_every: int = 50, decayed: bool = True,
-                   jitter_every: int = JITTER_EVERY) -> list[dict]:
-    """Part 5's runs: constant_lr_run at every seed, then (decayed=True) decaying_lr_run at every
-    seed."""
-    if checkpoint_every % jitter_every or steps % checkpoint_every:
-        raise ValueError(f"averaging_runs: checkpoint_every ({checkpoint_every}) must be a "
-                         f"multiple of jitter_every ({jitter_every}) and divide steps ({steps}), "
-                         "so that the checkpoints averaged are among those the constant-lr run "
-                         "keeps")
-    sizes = dict(model_size=model_size, steps=steps, lr=lr)
-    runs = [constant_lr_run(seed, **sizes, jitter_every=jitter_every) for seed in seeds]
-    if decayed:
-        runs += [decaying_lr_run(seed, **sizes, checkpoint_every=checkpoint_every)
-                 for seed in seeds]
-    return runs
-
-
-def every(trained: city_train.TrainResult, checkpoint_every: int) -> city_train.TrainResult:
-    """The run with only its checkpoints at multiples of checkpoint_every."""
-    return dataclasses.replace(trained, checkpoints=[(step, state_dict)
-                                                     for step, state_dict in trained.checkpoints
-                                                     if step % checkpoint_every == 0])
-
-
-def jitter(constant: city_train.TrainResult, model: dict, averaged: float, last: int = 10) -> dict:
-    """The jitter that averaging cancels, on a constant-lr run checkpointed every few steps: the
-    test excess of its last `last` checkpoints, their mean |change| from one to the next against
-    their mean change over all of them (the trend), how often they rise, and by how much the
-    `averaged` model's excess stays below the lowest of them."""
-    steps = [step for step, _ in constant.checkpoints[-last:]]
-    excess = [test_excess_of([state_dict], model)
-              for _, state_dict in constant.checkpoints[-last:-1]]
-    excess.append(constant.final_excess)
-    changes = np.diff(excess)
-    return dict(steps=steps, excess=excess, mean_change=float(np.abs(changes).mean()),
+def jitter(excess: dict, steps: int, jitter_every: int, averaged: float) -> dict | None:
+    """The jitter that averaging cancels, from a constant-lr run's excesses ({(step,): excess}; None
+    if it did not score them): its last checkpoints jitter_every steps apart, their mean |change|
+    against their mean change (the trend), how often they rise, and the `averaged` model's lead."""
+    at = jitter_steps(steps, jitter_every)
+    if any((step,) not in excess for step in at):
+        return None
+    values = [excess[(step,)] for step in at]
+    changes = np.diff(values)
+    return dict(steps=at, excess=values, mean_change=float(np.abs(changes).mean()),
                 trend=float(changes.mean()), rises=int((changes > 0).sum()), averaged=averaged,
-                below_lowest=min(excess) - averaged)
+                below_lowest=min(values) - averaged)
 
 
-def scored_checkpoints(trained: city_train.TrainResult, model: dict) -> list:
-    """[(step, test excess)] at every checkpoint of a run, the last one scored by training."""
-    scored = [(step, test_excess_of([state_dict], model))
-              for step, state_dict in trained.checkpoints[:-1]]
-    return scored + [(trained.checkpoints[-1][0], trained.final_excess)]
+def seed_result(seed: int, constant: dict, decayed: dict | None, steps: int,
+                checkpoint_every: int, ks, jitter_every: int) -> dict:
+    """One seed's numbers from its runs' scores ({steps: excess}): the constant-lr run at every
+    checkpoint (None: not scored), its averages and jitter; the decaying-lr run's curve and end."""
+    checkpoints = checkpoint_steps(steps, checkpoint_every)
+    averaged = {len(last_k(checkpoints, k)): constant[tuple(last_k(checkpoints, k))] for k in ks}
+    return dict(seed=seed, checkpoints=[(step, constant.get((step,))) for step in checkpoints],
+                last=constant[(steps,)], averaged=averaged,
+                jitter=jitter(constant, steps, jitter_every, averaged[min(5, len(checkpoints))]),
+                decayed=decayed[(steps,)] if decayed else None,
+                decayed_curve=([(step, decayed.get((step,))) for step in checkpoints] if decayed
+                               else None))
 
 
-def checkpoint_averaging(seeds=(0, 1, 2), model_size: dict = CITY_MODEL, steps: int = 400,
-                         lr: float = 3e-3, checkpoint_every: int = 50, ks=(2, 3, 4, 5, None),
-                         decayed: bool = True, jitter_every: int = JITTER_EVERY) -> dict:
-    """Train averaging_runs: for each seed a Pre-LN DecoderLM on the city language at a constant lr
-    and (decayed=True) with the lr decaying. Test excess of the last checkpoint, of the average of
-    the last k checkpoints (k None: all of them) and of the decayed run; each one's difference from
-    the last checkpoint of its own seed, and the median, range and sign count of those differences
-    over the seeds.
-
-    Only seeds[0]'s runs are scored at every checkpoint (its table and figure); the others only at
-    the end, which is all the summary needs (an evaluation costs as much as 6-8 training steps).
-    Training scores only the last step, so that every seed's runs share their settings and train in
-    one stack; seeds[0]'s checkpoints are scored here, and its jitter (the constant-lr run keeps a
-    checkpoint every jitter_every steps).
-    """
-    seeds = list(seeds)
-    runs = averaging_runs(seeds, model_size, steps, lr, checkpoint_every, decayed, jitter_every)
-    results = city_train.train_many(runs)
-    per_seed = []
-    for i, seed in enumerate(seeds):
-        constant, model = every(results[i], checkpoint_every), runs[i]["model"]
-        state_dicts = [state_dict for _, state_dict in constant.checkpoints]
-        checkpoints = (scored_checkpoints(constant, model) if i == 0 else
-                       [(step, None) for step, _ in constant.checkpoints[:-1]]
-                       + [(constant.checkpoints[-1][0], constant.final_excess)])
-        averaged = {k or len(state_dicts): test_excess_of(state_dicts[-(k or len(state_dicts)):],
-                                                          model)
-                    for k in ks}
-        decayed_run = results[len(seeds) + i] if decayed else None
-        per_seed.append(dict(seed=seed, checkpoints=checkpoints, last=constant.final_excess,
-                             averaged=averaged,
-                             decayed=decayed_run.final_excess if decayed else None,
-                             decayed_curve=(scored_checkpoints(decayed_run, model)
-                                       if decayed and i == 0 else None)))
-    n = len(per_seed[0]["checkpoints"])
+def against_the_last(per_seed: list, decayed: bool) -> list[dict]:
+    """A row per model (last checkpoint, each average, the decayed lr): its excess at each seed and
+    its difference from the same seed's last checkpoint (seeds differ more than methods do)."""
     rows = [dict(name="last", k=None, excess=[r["last"] for r in per_seed])]
     rows += [dict(name="average", k=k, excess=[r["averaged"][k] for r in per_seed])
              for k in per_seed[0]["averaged"]]
     if decayed:
         rows.append(dict(name="decayed", k=None, excess=[r["decayed"] for r in per_seed]))
-    # paired with its own seed's last checkpoint: the seeds differ more than the methods do
     for row in rows:
         row["vs_last"] = [e - r["last"] for e, r in zip(row["excess"], per_seed)]
         row["beats_last"] = sum(d < 0 for d in row["vs_last"])
         row["spread"], row["vs_last_spread"] = spread(row["excess"]), spread(row["vs_last"])
+    return rows
+
+
+def checkpoint_averaging(seeds=(0, 1, 2), model_size: dict = CITY_MODEL, steps: int = STEPS,
+                         lr: float = LR, checkpoint_every: int = CHECKPOINT_EVERY, ks=KS,
+                         decayed: bool = True, jitter_every: int = JITTER_EVERY,
+                         every_checkpoint_seeds: int = 1) -> dict:
+    """Train averaging_runs (a Pre-LN DecoderLM on the city language per seed and lr schedule): the
+    test excess of the checkpoints, of the average of the last k (None: all) and of the decayed
+    run; each one's difference from its own seed's last checkpoint, and their spread over seeds."""
+    seeds = list(seeds)
+    runs = averaging_runs(seeds, model_size, steps, lr, checkpoint_every, ks, decayed,
+                          jitter_every, every_checkpoint_seeds)
+    # (schedule, seed) -> {steps averaged (a tuple): test excess}, the last step scored by training
+    excess = {(run["training"]["schedule"], run["model"]["seed"]):
+              {(steps,): trained.final_excess, **trained.averaged_excess}
+              for run, trained in zip(runs, city_train.train_many(runs))}
+    per_seed = [seed_result(seed, excess["constant", seed], excess.get(("linear", seed)), steps,
+                            checkpoint_every, ks, jitter_every) for seed in seeds]
     first = per_seed[0]
     return dict(seeds=seeds, **model_size, steps=steps, lr=lr,
-                checkpoint_every=checkpoint_every, n_checkpoints=n, runs=per_seed, rows=rows,
+                checkpoint_every=checkpoint_every, n_checkpoints=len(first["checkpoints"]),
+                runs=per_seed, rows=against_the_last(per_seed, decayed),
                 # seeds[0]'s run, under the names the table and the figure use
                 checkpoints=first["checkpoints"], last=first["last"], averaged=first["averaged"],
                 decayed=first["decayed"], decayed_curve=first["decayed_curve"],
-                jitter=jitter(results[0], runs[0]["model"], first["averaged"][min(5, n)],
-                              last=min(10, len(results[0].checkpoints))))
+                jitter=first["jitter"])
 
 
 def averaging_vs_decay(r: dict, k: int = 5) -> list[float]:
     """Per seed: what averaging the last k checkpoints gains over the last checkpoint, divided by
-    what decaying the lr gains (1: the same; the notes say averaging does about as much as decaying
-    the lr)."""
+    what decaying the lr gains (1: the same; the notes: "about as much")."""
     rows = {row["k"] or row["name"]: row for row in r["rows"]}
     return [a / d for a, d in zip(rows[k]["vs_last"], rows["decayed"]["vs_last"])]
 
@@ -640,19 +570,18 @@ def part5_seeds(args) -> list[int]:
 
 
 def part5_runs(args) -> tuple:
-    """The runs show_checkpoint_averaging will ask for, so that common.main can start them before
-    part 1."""
+    """The runs show_checkpoint_averaging will ask for: common.main starts them before part 1."""
     return city_train.planned(averaging_runs(part5_seeds(args)))
 
 
 def show_checkpoint_averaging(args):
+    common.header(5, "§7.6", f"Checkpoint averaging at a constant lr of {LR:g}")
     r = checkpoint_averaging(seeds=part5_seeds(args))
-    common.header(5, "§7.6", f"Checkpoint averaging at a constant lr of {r['lr']:g}")
     print_checkpoints(r)
     print_against_the_last(r)
     print_averaging_counts(r)
     print_jitter(r)
-    draw_checkpoint_averaging(r, args.figures)
+    recipe_figures.draw_checkpoint_averaging(r, args.figures)
 
 
 def print_checkpoints(r: dict):
@@ -708,10 +637,9 @@ ABOUT_AS_MUCH = 1.5
 
 
 def averaging_claims(r: dict) -> dict:
-    """Part 5's claims, each as its margin at every seed (> 0 where it holds): a model beats the
-    last checkpoint by (last − its excess) mnat/token; averaging the last 5 gains "about as much"
-    as decaying the lr where the ratio of the two gains is within a factor of ABOUT_AS_MUCH (margin
-    log ABOUT_AS_MUCH − |log ratio|)."""
+    """Part 5's claims as margins at every seed (> 0 where it holds): a model beats the last
+    checkpoint by (last − its excess) mnat/token; averaging the last 5 gains "about as much" as
+    decaying the lr: margin log ABOUT_AS_MUCH − |log ratio| of the two gains."""
     rows = {row["k"] or row["name"]: row for row in r["rows"]}
     claims = {key: [-d for d in rows[key]["vs_last"]] for key in (5, "decayed", r["n_checkpoints"])}
     claims["about as much"] = [math.log(ABOUT_AS_MUCH) - abs(math.log(ratio)) if ratio > 0
@@ -776,83 +704,20 @@ def print_jitter(r: dict):
     common.note("Averaging from early in training drags in weights that were still poor.")
 
 
-@common.draws_figure
-def draw_checkpoint_averaging(r, figures_dir):
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import NullFormatter, ScalarFormatter
-    fig, (ax, seeds_ax) = plt.subplots(1, 2, figsize=(10.4, 3.9),
-                                       gridspec_kw=dict(width_ratios=(1.6, 1)))
-    ax.plot(*zip(*r["checkpoints"]), "o-", ms=4, color="tab:blue",
-            label=f"constant lr {r['lr']:g}: the checkpoints")
-    if r["decayed_curve"] is not None:
-        ax.plot(*zip(*r["decayed_curve"]), "s--", ms=3, color="tab:green",
-                label="lr decaying linearly to 0")
-    n, steps = len(r["checkpoints"]), [s for s, _ in r["checkpoints"]]
-    colors = dict(zip(r["averaged"],
-                      ("tab:orange", "tab:red", "tab:purple", "tab:pink", "tab:brown")))
-    for k, excess in r["averaged"].items():
-        label = f"average of all {k}" if k == n else f"average of the last {k}"
-        ax.plot([steps[-k], steps[-1]], [excess, excess], "|-", color=colors[k], ms=8, lw=2,
-                # shorter bars on top: they may share a height
-                zorder=3 + n - k, label=f"{label}: {excess:.0f}")
-    ax.set_yscale("log")
-    ax.yaxis.set_major_formatter(ScalarFormatter())
-    ax.yaxis.set_minor_formatter(NullFormatter())
-    ax.set_yticks([t for t in (25, 50, 100, 200, 400, 800)
-                   if t < 1.2 * max(e for _, e in r["checkpoints"])])
-    ax.set_xlabel("step")
-    ax.set_ylabel("test excess over the bound (mnat/token)")
-    ax.set_title(f"Averaging the last checkpoints of a constant-lr run, seed {r['seeds'][0]}\n"
-                 "each bar spans the checkpoints it averages", fontsize=10)
-    ax.grid(alpha=0.3, which="major")
-    ax.legend(fontsize=8)
-
-    # every seed: each model against the last checkpoint of its own run
-    rows = [row for row in r["rows"] if row["name"] != "last"]
-    for x, row in enumerate(rows):
-        color = colors.get(row["k"], "tab:green") if row["name"] == "average" else "tab:green"
-        seeds_ax.plot([x] * len(row["vs_last"]), row["vs_last"], "o", color=color, alpha=0.7, ms=5)
-        seeds_ax.plot([x - 0.25, x + 0.25], [row["vs_last_spread"][0]] * 2, "-", color="black",
-                      lw=1.5)
-    seeds_ax.axhline(0, color="grey", lw=0.8)
-    seeds_ax.set_xticks(range(len(rows)),
-                        [f"all {row['k']}" if row["k"] == n else "decay" if row["name"] == "decayed"
-                                           else f"last {row['k']}" for row in rows], fontsize=8)
-    seeds_ax.set_ylabel("excess − last checkpoint's (mnat/token)")
-    seeds_ax.set_title(f"{len(r['seeds'])} seed{'s' * (len(r['seeds']) > 1)} (one dot each; bar: "
-                       "median)\nbelow 0: better than the last checkpoint", fontsize=10)
-    seeds_ax.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
-    common.save_figure(fig, "05_checkpoint_averaging", figures_dir)
-
-
 # ---- Part 6 · §7.1, exercise 11 training is parallel, generation is serial -----------------------
-def constant_lr_models(seeds) -> dict[int, city_train.TrainResult]:
-    """Part 5's constant-lr runs (CITY_MODEL, Pre-LN, lr 3e-3, 400 steps, float32 torch_ref) at
-    every seed -> {seed: its TrainResult}, whose last checkpoint holds the final weights: the runs
-    part 5 trained if it ran (runner.py keeps them), else trained now, side by side."""
-    seeds = list(seeds)
-    return dict(zip(seeds, city_train.train_many([constant_lr_run(seed) for seed in seeds])))
+def constant_lr_models(seeds, every_checkpoint_seeds: int = 1) -> dict[int, city_train.TrainResult]:
+    """Part 5's constant-lr runs at every seed -> {seed: its TrainResult}, whose one checkpoint
+    holds the final weights: part 5's if it ran (city_train keeps them), else trained now."""
+    runs = averaging_runs(seeds, decayed=False, every_checkpoint_seeds=every_checkpoint_seeds)
+    by_seed = {run["model"]["seed"]: trained for run, trained in zip(runs,
+                                                                      city_train.train_many(runs))}
+    return {seed: by_seed[seed] for seed in seeds}
 
 
-def float64_copy(state_dict: dict, n_head: int = CITY_MODEL["n_head"]) -> transformer.DecoderLM:
-    """transformer.DecoderLM (float64, tensor.py) holding the weights of a city_train model
-    (float32, torch_ref): both name their parameters alike, so each tensor is copied by name, its
-    shape checked."""
-    n_embd = state_dict["token_embeddings.weights"].shape[1]
-    n_layers = len({k.split(".")[1] for k in state_dict if k.startswith("layers.")})
-    ours = transformer.DecoderLM(city_lab.V, n_embd, n_head, n_positions=city_lab.SEQ_LEN,
-                                 n_layers=n_layers, p_dropout=0.0)
-    names = [n for n, _ in ours.named_parameters()]
-    if sorted(names) != sorted(state_dict):
-        raise ValueError(f"float64_copy: parameter names differ:\n ours:  {names}\n torch: "
-                         f"{list(state_dict)}")
-    for name, p in ours.named_parameters():
-        value = state_dict[name].detach().double().numpy()
-        if value.shape != p.data.shape:
-            raise ValueError(f"float64_copy: {name} is {value.shape} in torch, {p.data.shape} here")
-        p.data[...] = value
-    return ours.eval()
+def float64_model(trained: city_train.TrainResult) -> transformer.DecoderLM:
+    """A constant_lr_models run's final weights in transformer.DecoderLM (float64, tensor.py)."""
+    [(_, weights)] = trained.checkpoints
+    return torch_ref.float64_copy(weights, n_head=CITY_MODEL["n_head"])
 
 
 def serial_generation(model: transformer.DecoderLM, lengths=(8, 16, 31), batch: int = 16,
@@ -894,127 +759,31 @@ def serial_generation(model: transformer.DecoderLM, lengths=(8, 16, 31), batch: 
     return dict(batch=batch, rows=rows)
 
 
-def _sentences(words: list) -> list:
-    """Split at "." (and <bos>, which ends a story): the complete sentences, each a tuple of
-    words."""
-    sentences, current = [], []
-    for w in words:
-        current.append(w)
-        if w in (".", "<bos>"):
-            sentences.append(tuple(current))
-            current = []
-    return sentences
-
-
-def score_against_the_language(windows: np.ndarray, prompt_len: int) -> dict:
-    """Replay each window (token ids from <bos>) through the city language's grammar
-    (city_lab.stories) and score the tokens after the prompt by their true probability p(token |
-    every token before it). A token with p = 0 is one the language forbids; after it the story's
-    state is undefined, so scoring stops there (at most one per window). Also: the continuation's
-    complete sentences that repeat an earlier sentence of the same window."""
-    scored = forbidden = clean = repeated = sentences = 0
-    log_p = 0.0
-    for window in windows:
-        words = [city_lab.VOCAB[i] for i in window]
-        story = city_lab.stories()              # starts just after a <bos>
-        distribution = next(story)
-        for w in words[1:prompt_len]:
-            distribution = story.send(w)
-        end = len(words)
-        for t in range(prompt_len, len(words)):
-            p = distribution.get(words[t], 0.0)
-            scored += 1
-            if p == 0.0:
-                forbidden += 1
-                end = t
-                break
-            log_p += math.log(p)
-            distribution = story.send(words[t])
-        clean += end == len(words)
-        seen = set(_sentences(words[1:prompt_len]))
-        for sentence in _sentences(words[prompt_len:end]):
-            sentences += 1
-            repeated += sentence in seen
-            seen.add(sentence)
-    return dict(windows=len(windows), scored=scored, forbidden=forbidden,
-                allowed=1 - forbidden / scored, clean=clean,
-                log_p_per_token=log_p / (scored - forbidden), sentences=sentences,
-                repeated=repeated / max(sentences, 1))
-
-
-# the decoding rules part 6 scores: generate()'s arguments; the sampled ones seeded by the model's
-# seed. Beam search's α only matters where hypotheses differ in length: here every one has n_new
-# tokens (no end token), so beam 4 at the paper's α = 0.6 ranks as it would at α = 0.
-DECODINGS = {"greedy": dict(),
-             "beam 2": dict(num_beams=2),
-             "beam 4, α = 0.6": dict(num_beams=4, length_penalty=0.6),
-             "beam 8": dict(num_beams=8),
-             "sampled": dict(sample=True, temperature=1.0),
-             "T = 0.7": dict(sample=True, temperature=0.7),
-             "top-k 10": dict(sample=True, top_k=10),
-             "top-p 0.9": dict(sample=True, top_p=0.9)}
-BEAMS = [name for name, rule in DECODINGS.items() if rule.get("num_beams", 1) > 1]
 # the rules generation_claims compares (the table shows the others at the first seed only)
-CLAIMS_RULES = ["greedy", *BEAMS, "sampled", "top-p 0.9"]
+CLAIMS_RULES = ["greedy", *city_generation.BEAMS, "sampled", "top-p 0.9"]
 
 
-def model_log_p_per_token(model: transformer.DecoderLM, windows: np.ndarray,
-                          prompt_len: int) -> float:
-    """The model's own mean log p per token of the windows' tokens after the prompt, one
-    teacher-forced pass (what beam search maximises, beside the language's true log p)."""
-    with no_grad():
-        logits = model(windows[:, :-1])
-        log_p = (logits - transformer.logsumexp(logits)).data     # (N, S - 1, V)
-    chosen = np.take_along_axis(log_p, windows[:, 1:, None], axis=-1)[..., 0]
-    return float(chosen[:, prompt_len - 1:].mean())
-
-
-def generation_quality(weights: dict, steps: int, excess: float, seed: int, n_windows: int = 64,
-                       prompt_len: int = 6, rules: list | None = None) -> dict:
-    """Continue the first sentence (<bos> NAME lives in CITY .) of n_windows test stories to SEQ_LEN
-    tokens with the float64 copy of the final weights of a constant_lr_models result (trained at
-    `seed` for `steps` steps to a test excess `excess`) by every rule of DECODINGS (sampling with
-    an rng seeded by `seed`), and score each text against the language and by the model's own log p
-    per token; the test windows' own continuations are the reference. rules: the names of DECODINGS
-    to decode by (None: all)."""
-    ours = float64_copy(weights)
-    test = city_lab.test_set()
-    # (N, 32) from <bos>
-    windows = np.concatenate([test.x, test.y[:, -1:]], axis=1)[:n_windows, :city_lab.SEQ_LEN]
-    prompts, n_new = windows[:, :prompt_len], city_lab.SEQ_LEN - prompt_len
-    # greedy decoding and beam search give a prompt one answer, whatever the rest of the batch
-    # (tests/test_decoding.py): each distinct prompt is decoded once, then copied to its windows
-    distinct, copies = np.unique(prompts, axis=0, return_inverse=True)
-    texts, scores = {}, {}
-    for name in DECODINGS if rules is None else rules:
-        rule = DECODINGS[name]
-        if rule.get("sample"):
-            generation = ours.generate(prompts, n_new, rng=np.random.default_rng(seed), **rule)
-            tokens, generated_log_p = generation.tokens, generation.scores
-        else:
-            generation = ours.generate(distinct, n_new, **rule)
-            tokens, generated_log_p = (generation.tokens[copies.ravel()],
-                                       generation.scores[copies.ravel()])
-        texts[name] = np.concatenate([prompts, tokens], axis=1)
-        scores[name] = dict(score_against_the_language(texts[name], prompt_len),
-                            model_log_p_per_token=float(generated_log_p.mean() / n_new),
-                            distinct=len({tuple(row) for row in tokens}))
+def generation_quality(trained: city_train.TrainResult, seed: int, n_windows: int = 64,
+                       rules: list | None = None) -> dict:
+    """city_generation.scored_decodings of the float64 copy of a constant_lr_models run's final
+    weights (trained at `seed`), with its texts, the run's steps and test excess, and how far the
+    copy's log-probabilities are from the float32 original's."""
+    ours = float64_model(trained)
+    texts, scores = city_generation.scored_decodings(ours, seed, n_windows, rules=rules)
+    [(steps, weights)] = trained.checkpoints
     original = city_train.build_model(**CITY_MODEL, seed=seed)
     original.load_state_dict(weights)
+    windows = city_generation.windows_of_the_test_set(n_windows)
     with torch.no_grad():
         theirs = torch.log_softmax(original(torch.from_numpy(windows[:8])).double(), dim=-1).numpy()
     with no_grad():
         logits = ours(windows[:8])
         mine = (logits - transformer.logsumexp(logits)).data
-    return dict(seed=seed, steps=steps, excess=excess,
-                n_windows=n_windows, prompt_len=prompt_len, n_new=n_new,
-                float32_vs_float64=float(np.abs(theirs - mine).max()),
-                language=dict(score_against_the_language(windows, prompt_len),
-                              model_log_p_per_token=model_log_p_per_token(ours, windows,
-                                                                          prompt_len),
-                              distinct=len({tuple(row) for row in windows[:, prompt_len:]})),
-                **scores, texts=texts, greedy_distinct=scores["greedy"]["distinct"],
-                prompts_distinct=len({tuple(row) for row in prompts}))
+    prompt_len = city_generation.PROMPT_LEN
+    return dict(seed=seed, steps=steps, excess=trained.final_excess, n_windows=n_windows,
+                prompt_len=prompt_len, n_new=city_lab.SEQ_LEN - prompt_len,
+                float32_vs_float64=float(np.abs(theirs - mine).max()), **scores, texts=texts,
+                prompts_distinct=len({tuple(row) for row in windows[:, :prompt_len]}))
 
 
 # How far other float kernels move a claim's margin at a seed: one argmax that flips rewrites a
@@ -1024,115 +793,48 @@ def generation_quality(weights: dict, steps: int, excess: float, seed: int, n_wi
 GENERATION_TIPPING = 0.03
 
 
-# ---- part 6's decoding as runs of runner.py: computed in its workers, beside part 5's scoring ----
-def plain_weights(state_dict: dict) -> dict:
-    """A float32 state dict as plain data, which runner.py keys a run by: each tensor's shape and
-    its bytes in base64 (state_dict_of gives back the same bits)."""
-    return {name: dict(shape=list(value.shape),
-                       float32=base64.b64encode(value.detach().float().numpy().tobytes())
-                       .decode("ascii"))
-            for name, value in state_dict.items()}
-
-
-def state_dict_of(weights: dict) -> dict:
-    """plain_weights' inverse: {name: float32 tensor}."""
-    return {name: torch.from_numpy(np.frombuffer(base64.b64decode(w["float32"]), dtype=np.float32)
-                                   .reshape(w["shape"]).copy())
-            for name, w in weights.items()}
-
-
-def generation_quality_of(weights: dict, **settings) -> dict:
-    """generation_quality of weights given as plain_weights: a run for runner.map."""
-    return generation_quality(state_dict_of(weights), **settings)
-
-
-def serial_generation_of(weights: dict, lengths: list, batch: int, seed: int) -> dict:
-    """serial_generation of the float64 copy of weights given as plain_weights: a run for
-    runner.map."""
-    return serial_generation(float64_copy(state_dict_of(weights)), lengths=tuple(lengths),
-                             batch=batch, seed=seed)
-
-
-def generation_quality_runs(models: dict, n_windows: int) -> list[dict]:
-    """generation_quality's arguments for every model of constant_lr_models ({seed:
-    TrainResult}), as plain data: the first model by every rule (its table), the others by the
-    rules generation_claims compares."""
-    return [dict(weights=plain_weights(trained.checkpoints[-1][1]),
-                 steps=trained.checkpoints[-1][0], excess=trained.final_excess, seed=seed,
-                 n_windows=n_windows, rules=None if i == 0 else CLAIMS_RULES)
-            for i, (seed, trained) in enumerate(models.items())]
-
-
-def part6_runs(args) -> list[tuple]:
-    """Part 6's decoding, [(function, [its runs])]: generation_quality of the first
-    GENERATION_SEEDS of part 5's constant-lr models, then serial_generation of the model of --seed.
-    The models come from constant_lr_models, which waits for them to be trained. common.main
-    starts these runs alongside part 5, to decode while part 5 scores."""
-    models = constant_lr_models(part5_seeds(args))
-    serial = dict(weights=plain_weights(models[args.seed].checkpoints[-1][1]),
-                  lengths=[8, 31] if args.quick else [8, 16, 31], batch=16, seed=args.seed)
-    return [(generation_quality_of,
-             generation_quality_runs(dict(list(models.items())[:GENERATION_SEEDS]),
-                                     n_windows=32 if args.quick else 64)),
-            (serial_generation_of, [serial])]
-
-
 def generation_over_seeds(models: dict, n_windows: int = 64) -> dict:
-    """generation_quality of every model of constant_lr_models ({seed: TrainResult}), in
-    runner.py's workers, and generation_claims of them."""
-    return generation_claims(runner.map(generation_quality_of,
-                                        generation_quality_runs(models, n_windows)))
+    """generation_claims of generation_quality of every model of constant_lr_models ({seed:
+    TrainResult}): the first by every rule (its table), the others by CLAIMS_RULES."""
+    return generation_claims([generation_quality(trained, seed, n_windows,
+                                                 rules=None if i == 0 else CLAIMS_RULES)
+                              for i, (seed, trained) in enumerate(models.items())])
+
+
+def forbidden_share(scores: dict) -> float:
+    return scores["forbidden"] / scores["scored"]
+
+
+# Part 6's claims: {key: (what its line says, its margin at a seed, > 0 where it holds, from that
+# seed's generation_quality)}
+GENERATION_CLAIMS = {
+    "fewer_forbidden": ("greedy text has a smaller share of forbidden tokens than sampled text",
+                        lambda q: forbidden_share(q["sampled"]) - forbidden_share(q["greedy"])),
+    "likelier": ("greedy text has a higher true log-probability per allowed token than sampled "
+                 "text",
+                 lambda q: q["greedy"]["log_p_per_token"] - q["sampled"]["log_p_per_token"]),
+    "repeats": ("greedy text repeats its sentences more often than the language's text and "
+                "sampled text", lambda q: q["greedy"]["repeated"] - max(q["language"]["repeated"],
+                                                                       q["sampled"]["repeated"])),
+    "greedy_derails": ("greedy text still holds forbidden tokens (some of its windows derail)",
+                       lambda q: forbidden_share(q["greedy"])),
+    "beam_likelier": (f"beam search ({', '.join(city_generation.BEAMS)}) writes text the model "
+                      "finds likelier per token than greedy text",
+                      lambda q: min(q[beam]["model_log_p_per_token"]
+                                    for beam in city_generation.BEAMS)
+                      - q["greedy"]["model_log_p_per_token"]),
+    "beam_repeats": ("beam 4 (the paper's) repeats its sentences more often than greedy text",
+                     lambda q: q["beam 4, α = 0.6"]["repeated"] - q["greedy"]["repeated"]),
+    "nucleus_derails_less": ("top-p 0.9 text has a smaller share of forbidden tokens than sampled "
+                             "text (T = 1)", lambda q: forbidden_share(q["sampled"])
+                             - forbidden_share(q["top-p 0.9"]))}
 
 
 def generation_claims(per_seed: list) -> dict:
-    """Each of part 6's claims over generation_quality's results as its margin at each seed (> 0
-    where it holds): greedy text has a smaller share of forbidden tokens than sampled text, a higher
-    true log p per allowed token, and repeats its sentences more often than both the language's own
-    text and sampled text; greedy text still holds forbidden tokens (its share of them, > 0 where
-    some window derails); beam search (every width) writes text the model finds likelier per token
-    than greedy's; the paper's beam 4 repeats its sentences more often than greedy; nucleus sampling
-    (p = 0.9) has a smaller share of forbidden tokens than sampling at T = 1."""
-
-    def forbidden(r):
-        return r["forbidden"] / r["scored"]
+    """Each of GENERATION_CLAIMS over generation_quality's results as its margin at each seed."""
     return {"seeds": [q["seed"] for q in per_seed], "per_seed": per_seed,
-            "claims": {"fewer_forbidden": [forbidden(q["sampled"]) - forbidden(q["greedy"])
-                                           for q in per_seed],
-                       "likelier": [q["greedy"]["log_p_per_token"] - q["sampled"]["log_p_per_token"]
-                                    for q in per_seed],
-                       "repeats": [q["greedy"]["repeated"] -
-                                   max(q["language"]["repeated"], q["sampled"]["repeated"])
-                                   for q in per_seed],
-                       "greedy_derails": [forbidden(q["greedy"]) for q in per_seed],
-                       "beam_likelier": [min(q[beam]["model_log_p_per_token"]
-                                             for beam in BEAMS)
-                                         - q["greedy"]["model_log_p_per_token"]
-                                         for q in per_seed],
-                       "beam_repeats": [q["beam 4, α = 0.6"]["repeated"] - q["greedy"]["repeated"]
-                                        for q in per_seed],
-                       "nucleus_derails_less": [forbidden(q["sampled"]) - forbidden(q["top-p 0.9"])
-                                                for q in per_seed]}}
-
-
-def _first_forbidden(window: np.ndarray, prompt_len: int) -> int | None:
-    """The position of the first token after the prompt that the language forbids (None: there is
-    none)."""
-    story = city_lab.stories()
-    distribution = next(story)
-    for t, i in enumerate(window[1:], start=1):
-        word = city_lab.VOCAB[i]
-        if t >= prompt_len and distribution.get(word, 0.0) == 0.0:
-            return t
-        distribution = story.send(word)
-    return None
-
-
-def _marked(window: np.ndarray, prompt_len: int) -> str:
-    """The continuation as text; the first token the language forbids shown as [word ✗], the rest
-    cut."""
-    stop = _first_forbidden(window, prompt_len)
-    text = city_lab.decode(window[prompt_len:stop])
-    return text if stop is None else f"{text} [{city_lab.VOCAB[window[stop]]} ✗] …".lstrip()
+            "claims": {key: [margin(q) for q in per_seed]
+                       for key, (_, margin) in GENERATION_CLAIMS.items()}}
 
 
 # Part 6's claims are settled (over seeds 0-9 each held at 10 of 10, or at 1 of 10: beam 4 repeating
@@ -1141,14 +843,17 @@ GENERATION_SEEDS = 3
 
 
 def show_generation(args):
-    (quality_of, quality_runs), (serial_of, serial_runs) = part6_runs(args)
-    over_seeds = generation_claims(runner.map(quality_of, quality_runs))
-    # the model of --seed, quick or not: part 5's 400-step constant-lr run
-    [s] = runner.map(serial_of, serial_runs)
     common.header(6, "§7.1, exercise 11", "Training is parallel, generation is serial")
-    print_forward_passes(s, steps=over_seeds["per_seed"][0]["steps"])
+    models = constant_lr_models(part5_seeds(args))
+    # the model of --seed, quick or not: part 5's 400-step constant-lr run
+    serial = serial_generation(float64_model(models[args.seed]),
+                               lengths=(8, 31) if args.quick else (8, 16, 31), batch=16,
+                               seed=args.seed)
+    over_seeds = generation_over_seeds(dict(list(models.items())[:GENERATION_SEEDS]),
+                                       n_windows=32 if args.quick else 64)
+    print_forward_passes(serial, steps=over_seeds["per_seed"][0]["steps"])
     print()
-    print_kv_cache_savings(s)
+    print_kv_cache_savings(serial)
     print()
     print_generated_text(over_seeds["per_seed"][0])
     print_generation_claims(over_seeds)
@@ -1216,7 +921,7 @@ def print_generated_text(q: dict):
                 f"undefined). Decoded rows: the model of seed {q['seed']}; sampling at T = 1 "
                 "unless the row says otherwise.")
     rows = []
-    for key in ("language", *DECODINGS):
+    for key in ("language", *city_generation.DECODINGS):
         r = q[key]
         label = "the language (test windows)" if key == "language" else f"{common.KERNELS} {key}"
         # the model's log p of the language's text: trained weights, so printed in a ⚙ line below
@@ -1237,11 +942,13 @@ def print_generated_text(q: dict):
                        f"{q['language']['model_log_p_per_token']:.3f}")
     # a derailment with some text before it
     example = next((b for b, text in enumerate(q["texts"]["sampled"])
-                    if (_first_forbidden(text, q["prompt_len"]) or 0) >= q["prompt_len"] + 8), 0)
+                    if (city_lab.first_forbidden(text, q["prompt_len"]) or 0)
+                    >= q["prompt_len"] + 8), 0)
     common.kernel_note(f"window {example}, prompt:  "
                        f"{city_lab.decode(q['texts']['greedy'][example, 1:q['prompt_len']])}")
     for key in ("greedy", "beam 4, α = 0.6", "sampled", "top-p 0.9"):
-        common.kernel_note(f"{key + ':':<16} {_marked(q['texts'][key][example], q['prompt_len'])}")
+        continuation = city_lab.marked_continuation(q["texts"][key][example], q["prompt_len"])
+        common.kernel_note(f"{key + ':':<16} {continuation}")
 
 
 def _worded(margins, holds: str, fails: str) -> str:
@@ -1257,24 +964,8 @@ def print_generation_claims(over_seeds: dict):
     claims, seeds = over_seeds["claims"], over_seeds["seeds"]
     common.note(f"Over seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))} (each its own "
                 "model, its own sampling):")
-    common.count_line("greedy text has a smaller share of forbidden tokens than sampled text",
-                      claims["fewer_forbidden"], GENERATION_TIPPING)
-    common.count_line("greedy text has a higher true log-probability per allowed token than "
-                      "sampled text",
-                      claims["likelier"], GENERATION_TIPPING)
-    common.count_line("greedy text repeats its sentences more often than the language's text and "
-                      "sampled text",
-                      claims["repeats"], GENERATION_TIPPING)
-    common.count_line("greedy text still holds forbidden tokens (some of its windows derail)",
-                      claims["greedy_derails"], GENERATION_TIPPING)
-    common.count_line(f"beam search ({', '.join(BEAMS)}) writes text the model finds likelier "
-                      "per token than greedy text",
-                      claims["beam_likelier"], GENERATION_TIPPING)
-    common.count_line("beam 4 (the paper's) repeats its sentences more often than greedy text",
-                      claims["beam_repeats"], GENERATION_TIPPING)
-    common.count_line("top-p 0.9 text has a smaller share of forbidden tokens than sampled text "
-                      "(T = 1)",
-                      claims["nucleus_derails_less"], GENERATION_TIPPING)
+    for key, (text, _) in GENERATION_CLAIMS.items():
+        common.count_line(text, claims[key], GENERATION_TIPPING)
     greedy = _worded(claims["fewer_forbidden"],
                      "greedy decoding draws fewer of the impossible tokens than sampling at T = 1",
                      "greedy decoding does not draw fewer impossible tokens than sampling here")
@@ -1301,12 +992,10 @@ def print_generation_claims(over_seeds: dict):
         common.kernel_note(conclusion)
 
 
-
 SEEDS = 5   # the default of --seeds: how many seeds a training claim is counted over
 PARTS = {1: show_teacher_forcing, 2: show_label_smoothing, 3: show_lr_schedule,
          4: show_adam_first_step, 5: show_checkpoint_averaging, 6: show_generation}
 
 if __name__ == "__main__":
-    # part 5's runs may train while parts 1-4 compute, and part 6's decoding while part 5 scores
-    common.main(__doc__, PARTS, seeds=SEEDS, train_ahead={5: part5_runs},
-                alongside={5: part6_runs})
+    # part 5's runs may train while parts 1-4 compute
+    common.main(__doc__, PARTS, seeds=SEEDS, train_ahead={5: part5_runs})

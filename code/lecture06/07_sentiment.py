@@ -4,7 +4,8 @@ Serves notes §9.3 (and §2.4, exercise 12). The model is built from tensor.py +
 token embedding (+ learned positions) -> dropout -> one bidirectional Pre-LN TransformerLayer
 (pad mask) -> LayerNorm -> mean over the non-pad tokens -> Linear to 2 classes; loss
 transformer.softmax_loss. The data are lecture 5's reviews (code/lecture05/reviews.py: plain,
-negation, contrast sentences).
+negation, contrast sentences). The model and its training are in sentiment_train.py
+(SentimentTransformer, train_transformer); this script is what they show.
 
 Part 1 · §9.3  parity: the same initialisation, batches and dropout masks as a PyTorch twin
                (torch_ref modules), 20 Adam steps; per-step losses and their max difference.
@@ -27,19 +28,18 @@ import common  # first: one BLAS thread before numpy loads, and lecture 5's code
 import functools
 
 import numpy as np
-import torch
 import optim
-import runner
+import torch
 import threads
 import torch_ref
 import transformer
 import reviews
+import sentiment_train
 from bag_of_words import BagOfWords
-from tensor import Tensor, no_grad
+from tensor import no_grad
 
-# the model and its training, shared by all parts
-N_EMBD, N_HEAD, P_DROPOUT = 32, 4, 0.1
-LR, BATCH_SIZE, STEPS, QUICK_STEPS = 2e-2, 64, 200, 100   # Adam; lr decays linearly to 0
+# the Adam steps of the models of parts 2 and 3 (sentiment_train.py: the model and its training)
+STEPS, QUICK_STEPS = 200, 100
 PARITY_STEPS = 20
 MODELS = {"Transformer, no positions": False, "Transformer, learned positions": True}
 # float64 rounding through one layer is ~1e-15: a pair difference below this is "equal"
@@ -49,96 +49,6 @@ ROUNDING = 1e-12
 # 200 Adam steps). A claim that every seed decides, either way, by 100 times that prints the same
 # count on any CPU.
 TIPPING = 1e-2
-
-
-class SentimentTransformer(transformer.Module):
-    """embedding (+ positions) -> dropout -> one bidirectional layer -> ln -> masked mean ->
-    classifier."""
-
-    def __init__(self, positions: bool, n_vocab: int = len(reviews.VOCAB), n_embd: int = N_EMBD,
-                 n_head: int = N_HEAD, n_positions: int = reviews.MAX_LEN,
-                 p_dropout: float = P_DROPOUT):
-        self.token_embeddings = transformer.Embedding(n_vocab, n_embd)
-        self.position_embeddings = transformer.Embedding(n_positions, n_embd) if positions else None
-        self.dropout = transformer.Dropout(p_dropout)
-        self.layer = transformer.TransformerLayer(n_embd, n_head, p_dropout, causal=False)
-        self.ln = transformer.LayerNorm(n_embd)
-        self.classifier = transformer.Linear(n_embd, 2)
-
-    def forward(self, ids, pad_mask) -> Tensor:
-        """
-        Args:
-            ids: (B, S) token ids; pad_mask: (B, S), True at padding
-        Returns:
-            logits: (B, 2)
-        """
-        x = self.token_embeddings(ids)
-        if self.position_embeddings is not None:
-            x = x + self.position_embeddings(np.arange(ids.shape[1])[None, :])  # (1, S, D) over B
-        x = self.ln(self.layer(self.dropout(x), pad_mask=pad_mask))
-        keep = ~np.asarray(pad_mask)
-        weights = (keep / keep.sum(axis=1, keepdims=True))[:, :, None]    # (B, S, 1), rows sum to 1
-        return self.classifier((x * weights).sum(axis=1))            # (B, S, D) -> (B, D) -> (B, 2)
-
-
-def batch_order(n_examples: int, steps: int, seed: int) -> list:
-    """The row indices of each training batch: reshuffled every epoch, the same for both twins."""
-    rng = np.random.default_rng(seed)
-    order = np.concatenate([rng.permutation(n_examples)
-                            for _ in range(steps * BATCH_SIZE // n_examples + 1)])
-    return [order[i * BATCH_SIZE:(i + 1) * BATCH_SIZE] for i in range(steps)]
-
-
-def adam_step(model, optimizer, data, rows) -> float:
-    logits = model(data.ids[rows], data.pad_mask[rows])
-    loss = transformer.softmax_loss(logits, data.labels[rows]).mean()
-    optimizer.zero_grad()
-    loss.backward()
-    optimizer.step()
-    return loss.item()
-
-
-def train_transformer(positions: bool, seed: int, steps: int) -> dict:
-    """Train one SentimentTransformer with our Adam on lecture 5's training set -> {"parameters":
-    {name: array}, "losses": [loss of every step]}: plain data (it may come from another process),
-    from which load_transformer builds the model."""
-    transformer.set_seed(seed)
-    model = SentimentTransformer(positions).train()
-    data = reviews.train_set()
-    optimizer = optim.Adam(model.parameters(), lr=LR)
-    losses = []
-    for step, rows in enumerate(batch_order(len(data), steps, seed)):
-        # linear decay: the last steps settle instead of jumping
-        optimizer.lr = LR * (1 - step / steps)
-        losses.append(adam_step(model, optimizer, data, rows))
-    return {"parameters": {name: p.data for name, p in model.named_parameters()}, "losses": losses}
-
-
-def load_transformer(positions: bool, parameters: dict) -> SentimentTransformer:
-    """A SentimentTransformer in eval mode holding a copy of trained `parameters`
-    (train_transformer's): each caller gets a model of its own, so no part changes a model another
-    part holds."""
-    model = SentimentTransformer(positions)
-    names = [name for name, _ in model.named_parameters()]
-    if names != list(parameters):
-        raise ValueError(f"load_transformer(positions={positions}): the parameters are "
-                         f"{list(parameters)}, the model's {names}: load them with the positions "
-                         "they were trained with")
-    for name, p in model.named_parameters():
-        p.data = parameters[name].copy()
-    return model.eval()
-
-
-def transformer_runs(seeds, steps: int, positions=tuple(MODELS.values())) -> list[dict]:
-    """The train_transformer arguments of every model: each choice of positions at each seed."""
-    return [dict(positions=p, seed=seed, steps=steps) for p in positions for seed in seeds]
-
-
-def train_transformers(runs: list) -> list:
-    """[train_transformer(**run) for run in runs]: the same results in the same order, each
-    trained once per process (runner.py keeps them, and trains them side by side on the machine's
-    cores)."""
-    return runner.map(train_transformer, runs)
 
 
 @functools.lru_cache(maxsize=None)
@@ -161,16 +71,18 @@ def logits_of(model, data) -> np.ndarray:
 
 # ---- Part 1 ----------------------------------------------------------------------------------
 class TorchSentimentTransformer(torch.nn.Module):
-    """SentimentTransformer's PyTorch twin (with positions), from torch_ref's modules, with the same
-    parameter names and order; it starts from a copy of `ours`'s parameters."""
+    """sentiment_train.SentimentTransformer's PyTorch twin (with positions), from torch_ref's
+    modules, with the same parameter names and order; it starts from a copy of `ours`'s
+    parameters."""
 
-    def __init__(self, ours: SentimentTransformer):
+    def __init__(self, ours: sentiment_train.SentimentTransformer):
         super().__init__()
         n_vocab, n_embd = ours.token_embeddings.weights.shape
         self.token_embeddings = torch_ref.Embedding(n_vocab, n_embd)
         self.position_embeddings = torch_ref.Embedding(reviews.MAX_LEN, n_embd)
-        self.dropout = torch_ref.Dropout(P_DROPOUT)
-        self.layer = torch_ref.TransformerLayer(n_embd, N_HEAD, P_DROPOUT, causal=False)
+        self.dropout = torch_ref.Dropout(sentiment_train.P_DROPOUT)
+        self.layer = torch_ref.TransformerLayer(n_embd, sentiment_train.N_HEAD,
+                                                sentiment_train.P_DROPOUT, causal=False)
         self.ln = torch_ref.LayerNorm(n_embd)
         self.classifier = torch_ref.Linear(n_embd, 2)
         torch_ref.copy_from(self, ours)
@@ -189,15 +101,15 @@ def parity(seed: int = common.DEFAULT_SEED, steps: int = PARITY_STEPS) -> dict:
     """Our model and its torch twin, same init, batches and dropout masks, `steps` Adam steps
     each."""
     transformer.set_seed(seed)
-    ours = SentimentTransformer(positions=True).train()
+    ours = sentiment_train.SentimentTransformer(positions=True).train()
     twin = TorchSentimentTransformer(ours)
     data = reviews.train_set()
-    optimizer = optim.Adam(ours.parameters(), lr=LR)
-    torch_optimizer = torch.optim.Adam(twin.parameters(), lr=LR)
+    optimizer = optim.Adam(ours.parameters(), lr=sentiment_train.LR)
+    torch_optimizer = torch.optim.Adam(twin.parameters(), lr=sentiment_train.LR)
     ours_losses, torch_losses = [], []
-    for rows in batch_order(len(data), steps, seed):
+    for rows in sentiment_train.batch_order(len(data), steps, seed):
         # ours first: the twin reuses its masks
-        ours_losses.append(adam_step(ours, optimizer, data, rows))
+        ours_losses.append(sentiment_train.adam_step(ours, optimizer, data, rows))
         loss = torch.nn.functional.cross_entropy(twin(data.ids[rows], data.pad_mask[rows]),
                                                  torch.as_tensor(data.labels[rows]))
         torch_optimizer.zero_grad()
@@ -209,9 +121,9 @@ def parity(seed: int = common.DEFAULT_SEED, steps: int = PARITY_STEPS) -> dict:
 
 
 def show_parity(args):
-    r = parity(args.seed)
     common.header(1, "§9.3", "Same initialisation, batches and dropout masks as PyTorch: "
-                             f"{len(r['ours'])} Adam steps")
+                             f"{PARITY_STEPS} Adam steps")
+    r = parity(args.seed)
     rows = [(i + 1, a, b, abs(a - b)) for i, (a, b) in enumerate(zip(r["ours"], r["torch"]))]
     # the last digits of a float64 loss depend on the CPU's float kernels (the order of BLAS's
     # sums): ⚙
@@ -269,10 +181,10 @@ def accuracy(seeds=(common.DEFAULT_SEED,), steps: int = STEPS) -> dict:
                "bag-of-words": dict(accuracy_by_kind(bag.predict(test.ids), test),
                                     pair_difference=pair_difference(bag.score(test.ids).data,
                                                                     test))}
-    runs = transformer_runs(seeds, steps)
-    trained = {(run["positions"], run["seed"]): load_transformer(run["positions"],
-                                                                 result["parameters"])
-               for run, result in zip(runs, train_transformers(runs))}
+    runs = sentiment_train.transformer_runs(seeds, steps)
+    trained = {(run["positions"], run["seed"]):
+               sentiment_train.load_transformer(run["positions"], result["parameters"])
+               for run, result in zip(runs, sentiment_train.train_many(runs))}
     contrast = test.kinds == "contrast"
     for name, positions in MODELS.items():
         results[name] = []
@@ -324,58 +236,70 @@ def accuracy_seeds(args) -> list:
 def part2_runs(args) -> tuple:
     """The models show_accuracy will ask for, so that common.main can start training them before
     Part 1."""
-    return train_transformer, transformer_runs(accuracy_seeds(args), steps_of(args))
+    return sentiment_train.planned(sentiment_train.transformer_runs(accuracy_seeds(args),
+                                                                    steps_of(args)))
 
 
 def part3_runs(args) -> tuple:
     """The models show_attention will ask for (those Part 2 trains too are trained once)."""
-    return train_transformer, transformer_runs(common.seeds_of(args), steps_of(args),
-                                               positions=(True,))
+    return sentiment_train.planned(sentiment_train.transformer_runs(common.seeds_of(args),
+                                                                    steps_of(args),
+                                                                    positions=(True,)))
+
+
+def decided(v: dict, kind: str) -> bool:
+    """Whether other float kernels leave this accuracy as it is: no sentence of the kind within
+    TIPPING of changing its prediction. Contrast twins that agree to rounding (no positions) have
+    opposite labels and one score, so exactly one of the two is right whichever side of 0 the score
+    moves to: 50% as long as no gap is at rounding level itself."""
+    twins_agree = kind == "contrast" and v["pair_difference"] <= ROUNDING
+    return v["decided_by"][kind] > (ROUNDING if twins_agree else TIPPING)
+
+
+def accuracy_row(name: str, results: list) -> list:
+    """A model's accuracy by kind, lowest-highest over its seeds. Bag-of-words has no randomness; a
+    Transformer's row carries ⚙ unless every seed decides every kind."""
+    decided_row = name == "bag-of-words" or all(decided(v, kind) for v in results
+                                                for kind in reviews.KINDS)
+    return ([name if decided_row else f"{common.KERNELS} {name}"]
+            + [_percent([v[kind] for v in results]) for kind in reviews.KINDS])
+
+
+def pair_differences(r: dict, pick) -> str:
+    """Each Transformer's contrast-pair differences over the seeds `pick` chooses from its list (a
+    trained Transformer's are its float kernels' digits: ⚙)."""
+    return ", ".join(f"{name.removeprefix('Transformer, ')} "
+                     f"{_difference([v['pair_difference'] for v in pick(r[name])])}"
+                     for name in MODELS)
 
 
 def show_accuracy(args):
+    common.header(2, "§9.3", "Lecture 5's test set: accuracy by sentence kind")
     seeds, steps = accuracy_seeds(args), steps_of(args)
     r = accuracy(seeds, steps)
     test = reviews.test_set()
-    counts = {kind: int(np.sum(test.kinds == kind)) for kind in reviews.KINDS}
-    headers = ["model"] + [f"{kind} ({counts[kind]})" for kind in reviews.KINDS]
-
-    def decided(v, kind) -> bool:
-        """Whether other float kernels leave this accuracy as it is: no sentence of the kind within
-        TIPPING of changing its prediction. Contrast twins that agree to rounding (no positions)
-        have opposite labels and one score, so exactly one of the two is right whichever side of 0
-        the score moves to: 50% as long as no gap is at rounding level itself."""
-        twins_agree = kind == "contrast" and v["pair_difference"] <= ROUNDING
-        return v["decided_by"][kind] > (ROUNDING if twins_agree else TIPPING)
-
-    def row(name, results):
-        """Bag-of-words has no randomness; a Transformer's row carries ⚙ unless every seed decides
-        every kind."""
-        decided_row = name == "bag-of-words" or all(decided(v, kind) for v in results
-                                                    for kind in reviews.KINDS)
-        return ([name if decided_row else f"{common.KERNELS} {name}"]
-                + [_percent([v[kind] for v in results]) for kind in reviews.KINDS])
-
-    def pair_differences(pick):   # a trained Transformer's are its float kernels' digits: ⚙
-        return ", ".join(f"{name.removeprefix('Transformer, ')} "
-                         f"{_difference([v['pair_difference'] for v in pick(r[name])])}"
-                         for name in MODELS)
-
-    common.header(2, "§9.3", "Lecture 5's test set: accuracy by sentence kind")
+    headers = ["model"] + [f"{kind} ({int(np.sum(test.kinds == kind))})" for kind in reviews.KINDS]
     common.note(f"seed {seeds[0]}, the Transformers after {steps} Adam steps:")
-    common.table([row("bag-of-words", [r["bag-of-words"]])]
-                 + [row(name, r[name][:1]) for name in MODELS],
+    common.table([accuracy_row("bag-of-words", [r["bag-of-words"]])]
+                 + [accuracy_row(name, r[name][:1]) for name in MODELS],
                  headers, disable_numparse=True)
     common.note(f"contrast pairs, max |Δ score| between a sentence and its twin: bag-of-words "
                 f"{r['bag-of-words']['pair_difference']:.1e}; the Transformers:")
-    common.kernel_note(f"seed {seeds[0]}: {pair_differences(lambda results: results[:1])}")
+    common.kernel_note(f"seed {seeds[0]}: {pair_differences(r, lambda results: results[:1])}")
     if len(seeds) > 1:
         common.note(f"\nlowest-highest over {len(seeds)} seeds ({', '.join(map(str, seeds))}) "
                     "(bag-of-words has no randomness:\nfull-batch gradient descent from zero "
                     "weights, the same model at every seed):")
-        common.table([row(name, r[name]) for name in MODELS], headers, disable_numparse=True)
-        common.kernel_note(f"contrast pairs, max |Δ score|: {pair_differences(lambda x: x)}")
+        common.table([accuracy_row(name, r[name]) for name in MODELS], headers,
+                     disable_numparse=True)
+        common.kernel_note(f"contrast pairs, max |Δ score|: {pair_differences(r, lambda x: x)}")
     print()
+    print_accuracy_claims(r)
+    draw_accuracy(r, args.figures)
+
+
+def print_accuracy_claims(r: dict):
+    """accuracy_claims, each counted over the seeds, and why contrast needs positions."""
     c = r["claims"]
     common.count_line("without positions, every contrast pair's logits are equal to rounding (≤ "
                       f"{ROUNDING:.0e}), so contrast is exactly 50%", c["blind_pairs_equal"],
@@ -389,7 +313,6 @@ def show_accuracy(args):
                 f"other wrong: contrast {blind_contrast} without positions.\nBag-of-words gives "
                 "\"not\" one weight whatever it negates; trained mostly on plain reviews, it "
                 "reads \"not bad\" as \"bad\".")
-    draw_accuracy(r, args.figures)
 
 
 @common.draws_figure
@@ -424,7 +347,8 @@ def draw_accuracy(r: dict, figures_dir):
 DECIDING, BUT = 8, 4
 
 
-def attention(model: SentimentTransformer, sentence: str = reviews.NOTES_SENTENCE) -> dict:
+def attention(model: sentiment_train.SentimentTransformer,
+              sentence: str = reviews.NOTES_SENTENCE) -> dict:
     """Attention of a model with positions (its forward keeps its last weights) on `sentence`.
 
     Returns: words; weights (h, S, S) for that sentence; received (S,) the weight each position
@@ -447,12 +371,14 @@ def attention(model: SentimentTransformer, sentence: str = reviews.NOTES_SENTENC
 def attention_over_seeds(seeds=(common.DEFAULT_SEED,), steps: int = STEPS,
                          sentence: str = reviews.NOTES_SENTENCE) -> dict:
     """attention() of the model with positions trained `steps` Adam steps at every seed (Part 2's,
-    if it ran: runner.py keeps them) -> {"seeds", "per_seed": [one attention() per seed, with its
-    "seed"], "claims": the margin at each seed (> 0 where it holds) by which position 8 receives
-    the most, "but" (position 4) the second most, the prediction is right}."""
+    if it ran: sentiment_train keeps them) -> {"seeds", "per_seed": [one attention() per seed, with
+    its "seed"], "claims": the margin at each seed (> 0 where it holds) by which position 8
+    receives the most, "but" (position 4) the second most, the prediction is right}."""
     seeds = list(seeds)
-    trained = train_transformers(transformer_runs(seeds, steps, positions=(True,)))
-    per_seed = [dict(attention(load_transformer(True, result["parameters"]), sentence), seed=seed)
+    trained = sentiment_train.train_many(sentiment_train.transformer_runs(seeds, steps,
+                                                                          positions=(True,)))
+    per_seed = [dict(attention(sentiment_train.load_transformer(True, result["parameters"]),
+                               sentence), seed=seed)
                 for seed, result in zip(seeds, trained)]
     return {"seeds": seeds, "per_seed": per_seed,
             "claims": {"most_on_deciding": [most_margin(r["received"], DECIDING) for r in per_seed],
@@ -474,12 +400,38 @@ def second_margin(received: np.ndarray, i: int) -> float:
     return -float(abs(received[order[1]] - received[i]))
 
 
+LABEL_NAMES = ("negative", "positive")
+
+
+def ranked_word(result: dict, place: int) -> str:
+    """The position and word that receives the place-th most attention (0: the most)."""
+    i = result["order"][place]
+    return f"{i} {result['words'][i]!r}"
+
+
+def place_of(result: dict, i: int) -> str:
+    """Position i's place in the attention it receives: '1st', '2nd', ..."""
+    rank = result["order"].index(i) + 1
+    return f"{rank}{ {1: 'st', 2: 'nd', 3: 'rd'}.get(rank, 'th')}"
+
+
+def places_decided(result: dict) -> bool:
+    """Whether other float kernels leave a seed's row of words as it is: the first three places and
+    'but''s each apart from their neighbours by more than TIPPING, the prediction too."""
+    ranked = result["received"][result["order"]]
+    gaps = ranked[:-1] - ranked[1:]                # gaps[k]: place k+1 over place k+2
+    but = result["order"].index(BUT)
+    around_but = gaps[max(but - 1, 0):but + 1]
+    return (min(gaps[:3]) > TIPPING and min(around_but) > TIPPING
+            and abs(result["logit_margin"]) > TIPPING)
+
+
 def show_attention(args):
+    common.header(3, "§9.3",
+                  f"What the model with positions attends to in \"{reviews.NOTES_SENTENCE}\"")
     seeds, steps = common.seeds_of(args), steps_of(args)
     s = attention_over_seeds(seeds, steps)
     r = s["per_seed"][0]
-    common.header(3, "§9.3",
-                  f"What the model with positions attends to in \"{reviews.NOTES_SENTENCE}\"")
     common.note(f"seed {seeds[0]}, after {steps} Adam steps, the weight each position receives "
                 f"(mean over the queries):")
     # positions and words in the (unmarked) header; the weights, digits of the float kernels, on ⚙
@@ -488,45 +440,32 @@ def show_attention(args):
                                                     for h, head in enumerate(r["weights"])]
     common.table(rows, ["position, word", *(f"{i} {w}" for i, w in enumerate(r["words"]))],
                  floatfmt=".3f", kernel_dependent=True)
-    name = ("negative", "positive")
-
-    def word(result, i):
-        return f"{i} {result['words'][i]!r}"
-
-    def place(result, i):
-        rank = result["order"].index(i) + 1
-        return f"{rank}{ {1: 'st', 2: 'nd', 3: 'rd'}.get(rank, 'th')}"
-
-    def decided(result) -> bool:
-        """Whether other float kernels leave the row's words as they are: the first three places
-        and 'but''s each apart from their neighbours by more than TIPPING, the prediction too."""
-        ranked = result["received"][result["order"]]
-        gaps = ranked[:-1] - ranked[1:]                # gaps[k]: place k+1 over place k+2
-        but = result["order"].index(BUT)
-        around_but = gaps[max(but - 1, 0):but + 1]
-        return (min(gaps[:3]) > TIPPING and min(around_but) > TIPPING
-                and abs(result["logit_margin"]) > TIPPING)
-
     if len(seeds) > 1:
         common.note(f"\nat each of {len(seeds)} seeds (the ⚙ row under a seed: the weights):")
-        rows = []
-        for result in s["per_seed"]:
-            seed = str(result["seed"])
-            rows.append([seed if decided(result) else f"{common.KERNELS} {seed}",
-                         *(word(result, result["order"][k]) for k in range(3)),
-                         place(result, BUT), name[result["prediction"]]])
-            rows.append([f"{common.KERNELS} weight",
-                         *(f"{result['received'][result['order'][k]]:.3f}" for k in range(3)),
-                         f"{result['received'][BUT]:.3f}", ""])
-        common.table(rows, ["seed", "most attention", "second most", "third most", "'but' comes",
-                            "predicted as"], disable_numparse=True)
+        print_places(s["per_seed"])
     c = s["claims"]
     common.count_line(f"position {DECIDING} ('bad', the adjective after 'but') gets the most "
                       "attention", c["most_on_deciding"], TIPPING, notes="position 8")
     common.count_line(f"position {BUT} ('but') gets the second most", c["but_second"], TIPPING,
                       notes="then 'but'")
-    common.count_line(f"predicted {name[r['label']]}, the label", c["correct"], TIPPING)
+    common.count_line(f"predicted {LABEL_NAMES[r['label']]}, the label", c["correct"], TIPPING)
     draw_attention(s, args.figures)
+
+
+def print_places(per_seed: list):
+    """At each seed: the three positions that receive the most attention, the place of 'but' and
+    the prediction; under it, on a ⚙ row, their weights."""
+    rows = []
+    for result in per_seed:
+        seed = str(result["seed"])
+        rows.append([seed if places_decided(result) else f"{common.KERNELS} {seed}",
+                     *(ranked_word(result, k) for k in range(3)),
+                     place_of(result, BUT), LABEL_NAMES[result["prediction"]]])
+        rows.append([f"{common.KERNELS} weight",
+                     *(f"{result['received'][result['order'][k]]:.3f}" for k in range(3)),
+                     f"{result['received'][BUT]:.3f}", ""])
+    common.table(rows, ["seed", "most attention", "second most", "third most", "'but' comes",
+                        "predicted as"], disable_numparse=True)
 
 
 @common.draws_figure

@@ -69,11 +69,14 @@ streams. On the test set (tests/test_city_lab.py runs these lines):
     67.5% of the targets have p(y) = 1
 
 Run ``python code/lecture06/city_lab.py`` for a sample with its probabilities and the unigram and
-bigram baselines. This module is the language alone (numpy only); city_train.py trains models on it.
+bigram baselines. This module is the language alone (numpy only): its samples, its exact
+probabilities and text scored against them (what 05 part 6's models write); city_train.py trains
+models on it.
 """
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
@@ -469,6 +472,82 @@ def describe_window(batch: CityBatch, b: int) -> str:
     for word_id, p in zip(batch.y[b], batch.p_y[b]):
         words.append(VOCAB[word_id] if p == 1.0 else f"{VOCAB[word_id]}[{p:.3g}]")
     return " ".join(words)
+
+
+# --------------------------------------------------------------------------------------------------
+# Scoring text against the language: what a model writes, replayed through the grammar
+# --------------------------------------------------------------------------------------------------
+
+
+def complete_sentences(words: list) -> list:
+    """Split at "." (and <bos>, which ends a story): the complete sentences, each a tuple of
+    words."""
+    sentences, current = [], []
+    for w in words:
+        current.append(w)
+        if w in (".", "<bos>"):
+            sentences.append(tuple(current))
+            current = []
+    return sentences
+
+
+def score_against_the_language(windows: np.ndarray, prompt_len: int) -> dict:
+    """Replay each window (token ids from <bos>) through the grammar (stories) and score the tokens
+    after the prompt by their true probability p(token | every token before it). A token with p = 0
+    is one the language forbids; after it the story's state is undefined, so scoring stops there
+    (at most one per window). Also: the continuation's complete sentences that repeat an earlier
+    sentence of the same window."""
+    scored = forbidden = clean = repeated = sentences = 0
+    log_p = 0.0
+    for window in windows:
+        words = [VOCAB[i] for i in window]
+        story = stories()              # starts just after a <bos>
+        distribution = next(story)
+        for w in words[1:prompt_len]:
+            distribution = story.send(w)
+        end = len(words)
+        for t in range(prompt_len, len(words)):
+            p = distribution.get(words[t], 0.0)
+            scored += 1
+            if p == 0.0:
+                forbidden += 1
+                end = t
+                break
+            log_p += math.log(p)
+            distribution = story.send(words[t])
+        clean += end == len(words)
+        seen = set(complete_sentences(words[1:prompt_len]))
+        for sentence in complete_sentences(words[prompt_len:end]):
+            sentences += 1
+            repeated += sentence in seen
+            seen.add(sentence)
+    return dict(windows=len(windows), scored=scored, forbidden=forbidden,
+                allowed=1 - forbidden / scored, clean=clean,
+                # nan where every window derails at its first token: no allowed token to average
+                log_p_per_token=log_p / (scored - forbidden) if scored > forbidden else math.nan,
+                sentences=sentences,
+                repeated=repeated / max(sentences, 1))
+
+
+def first_forbidden(window: np.ndarray, prompt_len: int) -> int | None:
+    """The position of the first token after the prompt that the language forbids (None: there is
+    none)."""
+    story = stories()
+    distribution = next(story)
+    for t, i in enumerate(window[1:], start=1):
+        word = VOCAB[i]
+        if t >= prompt_len and distribution.get(word, 0.0) == 0.0:
+            return t
+        distribution = story.send(word)
+    return None
+
+
+def marked_continuation(window: np.ndarray, prompt_len: int) -> str:
+    """The continuation as text; the first token the language forbids shown as [word ✗], the rest
+    cut."""
+    stop = first_forbidden(window, prompt_len)
+    text = decode(window[prompt_len:stop])
+    return text if stop is None else f"{text} [{VOCAB[window[stop]]} ✗] …".lstrip()
 
 
 def _main():

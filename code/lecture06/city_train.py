@@ -12,6 +12,9 @@ the test excess in milli-nats per token over the exact lower bound that only a k
     # the two lines in one
     result = run(model=dict(n_layers=2, seed=0), training=dict(lr=1e-3, seed=0))
     results = train_many([dict(model=..., training=...), ...])           # run() each, in order
+    # checkpoint averaging scored in the run: the excess of the mean of the weights after each list
+    result = run(model=dict(n_layers=1), training=dict(averages=[[300, 350, 400], [400]]))
+    result.averaged_excess                     # {(300, 350, 400): excess, (400,): excess}
 
 Every run uses one torch thread (threads.py says why), and this module is the one place that
 enforces it for training: a run gives the same bits alone, in a loop or in another process
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import threads  # first: one BLAS thread, set before numpy loads
 
+import copy
 import functools
 import inspect
 import math
@@ -91,12 +95,18 @@ class TrainResult:
                   out)
     checkpoints   [(step, state_dict copy)] every checkpoint_every steps (none if checkpoint_every
                   is None)
+    averaged_excess  {steps (a tuple): excess} for each list of steps in `averages`: the test
+                  excess of the element-wise average of the weights after those steps (checkpoint
+                  averaging, notes §7.6; one step: that checkpoint's own excess), scored in the
+                  run, so that it sends back numbers, not checkpoints; inf where the run ended
+                  before
     """
     final_excess: float
     best_excess: float
     curve: list
     train_excess: list
     checkpoints: list
+    averaged_excess: dict
 
 
 def lr_factor(step: int, steps: int, warmup: int, schedule: str) -> float:
@@ -140,6 +150,20 @@ def average_state_dicts(state_dicts: list) -> dict:
     return {name: sum(sd[name] for sd in state_dicts) / len(state_dicts) for name in state_dicts[0]}
 
 
+def score_averages(model, kept: dict, averages) -> dict:
+    """{steps (a tuple): the test excess of the average of the weights kept after those steps}
+    ({step: state dict}), scored on `model`, whose weights they replace; inf where a step was never
+    reached."""
+    excess = {}
+    for steps in map(tuple, averages):
+        if all(step in kept for step in steps):
+            model.load_state_dict(average_state_dicts([kept[step] for step in steps]))
+            excess[steps] = evaluate(model)
+        else:
+            excess[steps] = math.inf
+    return excess
+
+
 class Adam:
     """torch.optim.Adam(fused=True) without weight decay, bit for bit: its state and torch's own
     update function, torch.optim.adam.adam, which Adam.step calls. Building a torch.optim.Adam
@@ -165,11 +189,16 @@ class Adam:
 
 
 # train()'s arguments: a run's `training` dict holds these and its seed
-TRAINING = ("steps", "lr", "warmup", "schedule", "batch_size", "eval_every", "checkpoint_every")
+TRAINING = ("steps", "lr", "warmup", "schedule", "batch_size", "eval_every", "checkpoint_every",
+            "averages")
 
 
-def check_training(steps: int, lr: float, warmup: int, schedule: str, eval_every):
+def check_training(steps: int, lr: float, warmup: int, schedule: str, eval_every, averages=()):
     """A clear error for training arguments train() cannot use."""
+    if any(not group or not all(isinstance(s, int) and 1 <= s <= steps for s in group)
+           for group in averages):
+        raise ValueError(f"averages: each is a non-empty list of steps in 1..{steps} (the weights "
+                         f"after those updates are averaged), got {averages!r}")
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
     if (steps < 1 or not 0 <= warmup <= steps or (eval_every is not None and eval_every < 1)
@@ -181,22 +210,23 @@ def check_training(steps: int, lr: float, warmup: int, schedule: str, eval_every
 
 def train(model, steps: int = 400, lr: float = 1e-3, warmup: int = 0, schedule: str = "constant",
           batch_size: int = 8, seed: int = 0, eval_every: int | None = 50,
-          checkpoint_every: int | None = None) -> TrainResult:
+          checkpoint_every: int | None = None, averages=()) -> TrainResult:
     """Train `model` in place with Adam on training_batches(seed, batch_size) and score it on the
     test set.
 
     lr is the peak learning rate; warmup and schedule as in lr_factor. eval_every: test excess
     every this many steps (and at step 0 and the last step); None: after the last step only (one
     pass over the test set costs about ten training steps). A step whose loss is not finite ends the
-    run; its remaining excesses are inf.
+    run; its remaining excesses are inf. averages: lists of steps; see TrainResult.averaged_excess.
     """
-    check_training(steps, lr, warmup, schedule, eval_every)
+    check_training(steps, lr, warmup, schedule, eval_every, averages)
+    kept_steps = {step for group in averages for step in group}
     with threads.torch_threads(1):  # the bits of a run must not depend on the machine's core count
         model.train()
         optimizer = Adam(model.parameters(), lr=lr)
         batches = training_batches(seed, batch_size)
         curve = [(0, None, evaluate(model))] if eval_every else []
-        train_excess, checkpoints, since_eval = [], [], []
+        train_excess, checkpoints, since_eval, kept = [], [], [], {}
         for step in range(steps):
             batch = next(batches)
             optimizer.lr = lr * lr_factor(step, steps, warmup, schedule)
@@ -219,9 +249,14 @@ def train(model, steps: int = 400, lr: float = 1e-3, warmup: int = 0, schedule: 
             if checkpoint_every and done % checkpoint_every == 0:
                 checkpoints.append((done,
                                     {k: v.detach().clone() for k, v in model.state_dict().items()}))
+            if done in kept_steps:
+                kept[done] = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        # a copy scores the averages: `model` keeps its trained weights
+        averaged = score_averages(copy.deepcopy(model), kept, averages)
     final = curve[-1][2]
     return TrainResult(final_excess=final, best_excess=min(c[2] for c in curve), curve=curve,
-                       train_excess=train_excess, checkpoints=checkpoints)
+                       train_excess=train_excess, checkpoints=checkpoints,
+                       averaged_excess=averaged)
 
 
 def run(model: dict, training: dict) -> TrainResult:
@@ -238,11 +273,13 @@ class _Run:
     def __init__(self, eval_every):
         self.alive, self.eval_every = True, eval_every
         self.curve, self.train_excess, self.since_eval, self.checkpoints = [], [], [], []
+        self.kept, self.averaged_excess = {}, {}   # {step: weights} for `averages`, their scores
 
     def result(self) -> TrainResult:
         return TrainResult(final_excess=self.curve[-1][2],
                            best_excess=min(c[2] for c in self.curve), curve=self.curve,
-                           train_excess=self.train_excess, checkpoints=self.checkpoints)
+                           train_excess=self.train_excess, checkpoints=self.checkpoints,
+                           averaged_excess=self.averaged_excess)
 
 
 def evaluate_stack(stack, models: list) -> list[float]:
@@ -271,9 +308,10 @@ def train_stack(model: dict, training: dict, seeds: list) -> list:
         raise ValueError(f"train_stack: unknown training arguments {sorted(unknown)}; it takes "
                          f"{list(TRAINING)} (each run's seed comes from `seeds`)")
     settings = dict(inspect.signature(train).parameters)
-    steps, lr, warmup, schedule, batch_size, eval_every, checkpoint_every = (
+    steps, lr, warmup, schedule, batch_size, eval_every, checkpoint_every, averages = (
         training.get(name, settings[name].default) for name in TRAINING)
-    check_training(steps, lr, warmup, schedule, eval_every)
+    check_training(steps, lr, warmup, schedule, eval_every, averages)
+    kept_steps = {step for group in averages for step in group}
     with threads.torch_threads(1):
         models = [build_model(**dict(model, seed=m)) for m, _ in pairs]
         stack = city_stack.StackedDecoderLM(models)
@@ -311,6 +349,12 @@ def train_stack(model: dict, training: dict, seeds: list) -> list:
                 for run_, state in zip(runs, stack.state_dicts()):
                     if run_.alive:
                         run_.checkpoints.append((done, state))
+            if done in kept_steps:
+                for run_, state in zip(runs, stack.state_dicts()):
+                    if run_.alive:
+                        run_.kept[done] = state
+        for run_, model in zip(runs, models):
+            run_.averaged_excess = score_averages(model, run_.kept, averages)
     return [run_.result() for run_ in runs]
 
 

@@ -103,6 +103,14 @@ def kernel_note(text: str):
     _marked(KERNELS, text)
 
 
+def sci(x: float, digits: int = 2) -> str:
+    """6.98771e-04 -> '6.99e-4', the way the notes write numbers."""
+    if x == 0:
+        return "0"
+    mantissa, exponent = f"{x:.{digits}e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
 def at_most(value: float, bound: float) -> str:
     """A rounding-level value as a bound that holds on any CPU ("≤ 1e-13"); its digits depend on the
     float kernels, the bound does not. Above the bound, the value itself: that is a finding."""

@@ -21,6 +21,7 @@ from torch import nn
 import paths  # noqa: F401  (makes lecture 5's tensor.py importable)
 # one mask convention, one encoding, the same checks
 from tensor import MASK_VALUE
+import transformer
 from transformer import check_pad_mask, check_sizes, sinusoidal_positions
 
 DTYPE = torch.float64
@@ -467,3 +468,25 @@ def gradients(module: nn.Module) -> dict:
     """name -> gradient as a numpy array (zeros where a parameter got none)."""
     return {n: (p.grad if p.grad is not None else torch.zeros_like(p)).detach().numpy()
             for n, p in module.named_parameters()}
+
+
+def float64_copy(state_dict: dict, n_head: int) -> transformer.DecoderLM:
+    """transformer.DecoderLM (float64, tensor.py) in eval mode holding the weights of a trained
+    DecoderLM of this module (a state dict, float32 or float64): both name their parameters alike,
+    so each tensor is copied by name, its shape checked. The sizes are read from the weights; the
+    number of heads is not in them, so it is given."""
+    n_vocab, n_embd = state_dict["token_embeddings.weights"].shape
+    n_layers = len({k.split(".")[1] for k in state_dict if k.startswith("layers.")})
+    ours = transformer.DecoderLM(n_vocab, n_embd, n_head,
+                                 n_positions=state_dict["position_embeddings.weights"].shape[0],
+                                 n_layers=n_layers, p_dropout=0.0)
+    names = [n for n, _ in ours.named_parameters()]
+    if sorted(names) != sorted(state_dict):
+        raise ValueError(f"float64_copy: parameter names differ:\n ours:  {names}\n torch: "
+                         f"{list(state_dict)}")
+    for name, p in ours.named_parameters():
+        value = state_dict[name].detach().double().numpy()
+        if value.shape != p.data.shape:
+            raise ValueError(f"float64_copy: {name} is {value.shape} in torch, {p.data.shape} here")
+        p.data[...] = value
+    return ours.eval()
