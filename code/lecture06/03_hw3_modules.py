@@ -685,8 +685,8 @@ def show_encoder_decoder(args):
 
 def print_encoder_decoder_parameters(r: dict):
     """The base model's parameters by module, by formula and counted, and against 02 part 5's."""
-    common.note(f"transformer.EncoderDecoder built at the paper's base size (d = {r['d']}, d_ff = "
-                f"{r['d_ff']}, h = {r['n_head']}, {r['n_layers']} + {r['n_layers']} layers, "
+    common.note(f"encoder_decoder.EncoderDecoder built at the paper's base size (d = {r['d']}, "
+                f"d_ff = {r['d_ff']}, h = {r['n_head']}, {r['n_layers']} + {r['n_layers']} layers, "
                 f"Post-LN, V = {r['n_vocab']:,}); parameters counted from its modules:")
     common.table([[row["module"], row["formula"], f"{row['by_formula']:,}", f"{row['counted']:,}",
                    "yes" if row["by_formula"] == row["counted"] else "NO"] for row in r["rows"]],

@@ -596,7 +596,7 @@ FLASH_PATHS = ("composed", "fused", "fused + flash")
 def _sdpa_core(q, kT, v, mask=None):
     """torch_ref's self_attention with torch's fused core: (B, h, S, Dh) ×3 -> (B, S, D).
     The layer's mask is the causal one (no padding here), so is_causal=True: made from positions,
-    as tensor.py's flash core makes it (an attn_mask would be saved for backward too)."""
+    as kernels.py's flash core makes it (an attn_mask would be saved for backward too)."""
     batch_size, n_head, seq_len, head_dim = q.shape
     out = torch.nn.functional.scaled_dot_product_attention(
         q, kT.transpose(-2, -1), v, is_causal=True)                            # (B, h, S, Dh)
@@ -707,15 +707,15 @@ def print_flash_fits(r: dict, exact: bool):
 
 
 def print_flash_price(r: dict, recompute: bool):
-    """What torch's SDPA and tensor.py's flash core keep, what the flash backward pays, and what it
+    """What torch's SDPA and kernels.py's flash core keep, what the flash backward pays, and what it
     saves at LLaMA-7B's size."""
     d, h, x = r["d"], r["h"], r["rows"][-1]
     shapes = " and ".join(str(s) for s in x["torch_sdpa_shapes"])
     common.note(f"torch's scaled_dot_product_attention alone (CPU, float32, causal) saves "
                 f"{x['torch_sdpa_core']:,} floats at S = {x['S']}\n= 4·S·d + h·S = "
                 f"{4 * x['S'] * d + h * x['S']:,} (q, k, v, the output, the logsumexp; shapes "
-                f"{shapes}).\ntensor.py's flash core keeps the logsumexp as its two parts, max and "
-                f"log-sum (2·h·S), so that a fully masked row\n(max ≈ -1e9) keeps full precision.")
+                f"{shapes}).\nkernels.py's flash core keeps the logsumexp as its two parts, max "
+                f"and log-sum (2·h·S), so that a fully masked row\n(max ≈ -1e9) keeps full precision.")
     common.note(f"The price: the flash backward recomputes q kᵀ block by block, 2·S²·d more FLOPs "
                 f"({'as counted' if recompute else 'NOT as counted'} above),\nand it cannot drop "
                 f"attention weights (they never exist).")
