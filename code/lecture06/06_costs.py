@@ -715,7 +715,8 @@ def print_flash_price(r: dict, recompute: bool):
                 f"{x['torch_sdpa_core']:,} floats at S = {x['S']}\n= 4·S·d + h·S = "
                 f"{4 * x['S'] * d + h * x['S']:,} (q, k, v, the output, the logsumexp; shapes "
                 f"{shapes}).\nkernels.py's flash core keeps the logsumexp as its two parts, max "
-                f"and log-sum (2·h·S), so that a fully masked row\n(max ≈ -1e9) keeps full precision.")
+                f"and log-sum (2·h·S), so that a fully masked row\n(max ≈ -1e9) keeps full "
+                f"precision.")
     common.note(f"The price: the flash backward recomputes q kᵀ block by block, 2·S²·d more FLOPs "
                 f"({'as counted' if recompute else 'NOT as counted'} above),\nand it cannot drop "
                 f"attention weights (they never exist).")
