@@ -22,7 +22,7 @@ if "PYTEST_XDIST_WORKER_COUNT" in os.environ:   # before runner.py reads it
     os.environ.setdefault("LECTURE06_WORKERS", str(max(
         1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
 
-import runner  # noqa: E402
+import gc  # noqa: E402
 
 # The longest groups, longest first: the fixtures that train over seeds (test_04's settled runs have
 # a group), and test_outputs' quick runs of every script, under torch's slower generic kernels
@@ -51,4 +51,4 @@ def pytest_collection_finish(session):
         raise pytest.UsageError(
             f"pytest-xdist {importlib.metadata.version('pytest-xdist')} cannot group tests under "
             f"pytest {pytest.__version__}: install requirements.txt's versions (make test does)")
-    runner.keep_out_of_collections()
+    gc.freeze()

@@ -1306,6 +1306,5 @@ PARTS = {1: show_teacher_forcing, 2: show_label_smoothing, 3: show_lr_schedule,
          4: show_adam_first_step, 5: show_checkpoint_averaging, 6: show_generation}
 
 if __name__ == "__main__":
-    # part 5's runs may train while parts 1-4 compute, and part 6's decoding while part 5 scores
-    common.main(__doc__, PARTS, seeds=SEEDS, train_ahead={5: part5_runs},
-                alongside={5: part6_runs})
+    # part 5's runs may train while parts 1-4 compute
+    common.main(__doc__, PARTS, seeds=SEEDS, train_ahead={5: part5_runs})
