@@ -1,28 +1,24 @@
-"""The engine room: the one module that knows about processes.
+"""The engine room: the one module that knows about processes (and glibc's allocator).
 
-`runner.map(fn, runs)` is `[fn(**run) for run in runs]`: the same results in the same order, only
-sooner. A run's arguments are plain data (what JSON writes; anything else is refused by name) and
-its key: results are kept per process, so a run asked for twice (by two parts, two tests) is
-computed once. `runner.start(fn, runs)` submits runs now, each a future that a later map collects
-(common.main starts a script's `train_ahead` before part 1); report_runs_never_asked_for names on
-stderr those no map asked for. The workers are a concurrent.futures.ProcessPoolExecutor of
-LECTURE06_WORKERS processes (default one per core; 1: every run in this process, in map, for a
-debugger), forked where that is safe (Linux, from a process that runs one thread; forking one that
-runs other threads can deadlock the child), else from a forkserver (Linux) or spawned. Every run
-computes on one thread (threads.py), so its bits are the same wherever it ran. Workers ignore
-Ctrl-C; the process that started them ends them (`shutdown`, called by common.main).
+`runner.map(fn, runs)` is `[fn(**run) for run in runs]`, only sooner. A run's arguments are plain
+data (what JSON writes; anything else is refused by name) and its key: results are kept per
+process, so a run asked for twice (by two parts, two tests) is computed once. `runner.start(fn,
+runs)` submits runs now, futures that a later map collects (common.main's train_ahead). Workers: a
+concurrent.futures pool of LECTURE06_WORKERS processes (default one per core; 1: every run in this
+process, in map, for a debugger). Every run computes on one thread (threads.py), so its bits are
+the same wherever it ran. Workers ignore Ctrl-C; their parent ends them (shutdown).
 """
 from __future__ import annotations
 
 import atexit
-import concurrent.futures
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+import ctypes
 import importlib.util
 import json
 import multiprocessing
 import os
 import signal
 import sys
-import threading
 import time
 
 from tqdm import tqdm
@@ -35,20 +31,30 @@ _pool = None
 progress_label = ""   # what the progress bar calls the wait ("part 4"); common.main sets it
 
 
-def _available_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+def keep_freed_memory():
+    """Keep freed heap: glibc hands it back to the kernel at once, and tensor.py's large numpy
+    temporaries came back as fresh, zeroed pages every step (a quarter of 07's wall time)."""
+    try:
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):   # not glibc (macOS, Windows, musl): its own policy
+        return
+    # glibc's malloc.h: M_TOP_PAD, M_TRIM_THRESHOLD, M_MMAP_THRESHOLD
+    for option, value in ((-2, 64 << 20), (-1, 128 << 20), (-3, 64 << 20)):
+        mallopt(option, value)
+
+
+keep_freed_memory()   # workers forked from this process inherit it
 
 
 def workers_from_environment() -> int:
     """LECTURE06_WORKERS, read when runs start (so a test or a caller may set it after importing
     this module); unset: one per available core."""
-    text = os.environ.get("LECTURE06_WORKERS")
-    if text is None:
-        return _available_cores()
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    text = os.environ.get("LECTURE06_WORKERS", str(cores or 1))
     if not text.isdigit() or int(text) < 1:
         raise SystemExit(f"LECTURE06_WORKERS={text!r}: it must be a whole number of processes, at "
                          "least 1 (1: every run in this process, one after another); unset it for "
-                         f"one per core ({_available_cores()} here)")
+                         f"one per core ({cores} here)")
     return int(text)
 
 
@@ -81,18 +87,17 @@ def _compute(module_name: str, path: str | None, qualname: str, run: dict):
 
 
 def _one_thread() -> bool:
-    """Whether this process runs one thread, C libraries' (OpenMP) counted too. A pool's threads,
-    joined by shutdown, leave the kernel's list a few milliseconds later: waited for."""
-    if not os.path.isdir("/proc/self/task"):
-        return threading.active_count() == 1
-    for _ in range(20):
+    """Whether this (Linux) process runs one thread, C libraries' (OpenMP) counted too."""
+    for _ in range(20):   # a pool's threads, joined, leave the kernel's list milliseconds later
         if len(os.listdir("/proc/self/task")) == 1:
             return True
         time.sleep(0.005)
     return False
 
 
-def _open_pool(size: int) -> concurrent.futures.ProcessPoolExecutor:
+def _open_pool(size: int) -> ProcessPoolExecutor:
+    """Workers forked where it is safe (milliseconds, the modules shared); forking a process that
+    runs other threads can deadlock the child: a forkserver then, or spawn off Linux."""
     method = ("spawn" if not sys.platform.startswith("linux")
               else "fork" if _one_thread() else "forkserver")
     context = multiprocessing.get_context(method)
@@ -100,9 +105,8 @@ def _open_pool(size: int) -> concurrent.futures.ProcessPoolExecutor:
         main = ["__main__"] if getattr(sys.modules.get("__main__"), "__file__", None) else []
         context.set_forkserver_preload(main + [m for m in ("numpy", "torch") if m in sys.modules])
     # a worker ignores Ctrl-C: it is for the parent, which ends the workers
-    return concurrent.futures.ProcessPoolExecutor(
-        size, mp_context=context, initializer=signal.signal,
-        initargs=(signal.SIGINT, signal.SIG_IGN))
+    return ProcessPoolExecutor(size, mp_context=context, initializer=signal.signal,
+                               initargs=(signal.SIGINT, signal.SIG_IGN))
 
 
 def _submit(fn, runs: list, workers: int | None):
@@ -128,33 +132,32 @@ def start(fn, runs: list, workers: int | None = None):
 
 def map(fn, runs: list, workers: int | None = None, sizes: list | None = None) -> list:
     """[fn(**run) for run in runs]: kept results, the workers' or computed here. sizes: how many
-    of the lesson's runs each run holds (a stack of 5 seeds is 5), for the progress bar only."""
+    of the lesson's runs each run holds (a stack of 5 seeds is 5), for the progress bar, shown on
+    a terminal only (the committed outputs and the tests' captures never see it)."""
     runs = list(runs)
     keys = [_key(fn, run) for run in runs]
     for key in keys:
         _ahead.pop(key, None)
     _submit(fn, runs, workers)
     left = dict(zip(keys, sizes or [1] * len(keys)))   # each distinct run once
-    # on a terminal only: the committed outputs and the tests' captures never see it
     with tqdm(total=sum(left.values()), desc=progress_label, unit=" runs", file=sys.stderr,
               disable=not sys.stderr.isatty(), delay=0.5, miniters=0, leave=False) as bar:
         futures = {}
         for key, run in zip(keys, runs):
             if key not in _results:   # one worker: computed here, in order
                 _results[key] = fn(**run)
-            if isinstance(_results[key], concurrent.futures.Future):
+            if isinstance(_results[key], Future):
                 futures[_results[key]] = key
             elif key in left:
                 bar.update(left.pop(key))
         while futures:
-            done, _ = concurrent.futures.wait(futures, timeout=1,
-                                              return_when=concurrent.futures.FIRST_COMPLETED)
+            done, _ = wait(futures, timeout=1, return_when=FIRST_COMPLETED)
             for future in done:
                 key = futures.pop(future)
                 _results[key] = future.result()   # a run's exception is raised here
                 bar.update(left.pop(key))
             bar.update(0)   # the elapsed time moves on while a long run trains
-    if all(not isinstance(result, concurrent.futures.Future) for result in _results.values()):
+    if all(not isinstance(result, Future) for result in _results.values()):
         shutdown()   # nothing in flight: the workers' memory back; a later start forks afresh
     return [_results[key] for key in keys]
 
@@ -167,9 +170,8 @@ def forget():
 
 
 def report_runs_never_asked_for():
-    """One line on stderr naming the runs `start` began that no `map` asked for since (a script's
-    train_ahead that drifted from its part: the output is the same, only nothing overlaps, which is
-    why it must be said); then the workers end. common.main calls it when the parts are done."""
+    """One line on stderr naming the runs `start` began that no `map` asked for (a train_ahead that
+    drifted from its part: the same output, only without the overlap); then the workers end."""
     if _ahead:
         sys.stderr.write(f"runner: {len(_ahead)} run{'s' * (len(_ahead) > 1)} started ahead but "
                          "never asked for (train_ahead differs from what its part passes to "
@@ -179,18 +181,17 @@ def report_runs_never_asked_for():
 
 
 def shutdown():
-    """End the workers at once; a run they had not finished is forgotten (a later map computes
-    it)."""
+    """End the workers now; runs they had not finished are forgotten (a later map computes them)."""
     global _pool
     pool, _pool = _pool, None
     if pool is None:
         return
-    if any(isinstance(result, concurrent.futures.Future) for result in _results.values()):
+    if any(isinstance(result, Future) for result in _results.values()):
         for process in multiprocessing.active_children():   # the pool's: the only ones we start
             process.terminate()
     pool.shutdown(wait=True, cancel_futures=True)
     for key, result in list(_results.items()):   # finished runs kept, the others forgotten
-        if isinstance(result, concurrent.futures.Future):
+        if isinstance(result, Future):
             del _results[key]
             if not result.cancelled() and result.exception() is None:
                 _results[key] = result.result()
