@@ -61,6 +61,11 @@ def test_runs_started_ahead_are_collected_by_map_not_computed_again():
     assert os.getpid() not in runner.map(computed_in, runs, workers=1)
 
 
+def test_one_worker_computes_every_run_in_this_process_where_a_debugger_can_stop():
+    runner.forget()
+    assert runner.map(computed_in, [dict(x=x) for x in range(3)], workers=1) == [os.getpid()] * 3
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_run_that_raises_raises_in_the_caller(workers):
     runner.forget()
