@@ -1,18 +1,19 @@
-"""The engine room: the one module that knows about processes (and glibc's allocator).
+"""The engine room: the one module that knows about processes, glibc's allocator and the gc.
 
 `runner.map(fn, runs)` is `[fn(**run) for run in runs]`, only sooner. A run's arguments are plain
 data (what JSON writes; anything else is refused by name) and its key: results are kept per
-process, so a run asked for twice (by two parts, two tests) is computed once. `runner.start(fn,
-runs)` submits runs now, futures that a later map collects (common.main's train_ahead). Workers: a
-concurrent.futures pool of LECTURE06_WORKERS processes (default one per core; 1: every run in this
-process, in map, for a debugger). Every run computes on one thread (threads.py), so its bits are
-the same wherever it ran. Workers ignore Ctrl-C; their parent ends them (shutdown).
+process, so a run asked for twice is computed once. `runner.start(fn, runs)` submits runs now,
+futures that a later map collects (common.main's train_ahead). Workers: a concurrent.futures pool
+of LECTURE06_WORKERS processes (default one per core; 1: every run in this process, in map, for a
+debugger). A run computes on one thread (threads.py): the same bits wherever it ran. Workers ignore
+Ctrl-C; their parent ends them (shutdown).
 """
 from __future__ import annotations
 
 import atexit
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 import ctypes
+import gc
 import importlib.util
 import json
 import multiprocessing
@@ -47,8 +48,7 @@ keep_freed_memory()   # workers forked from this process inherit it
 
 
 def workers_from_environment() -> int:
-    """LECTURE06_WORKERS, read when runs start (so a test or a caller may set it after importing
-    this module); unset: one per available core."""
+    """LECTURE06_WORKERS, read when runs start (not on import); unset: one per available core."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     text = os.environ.get("LECTURE06_WORKERS", str(cores or 1))
     if not text.isdigit() or int(text) < 1:
@@ -101,6 +101,7 @@ def _open_pool(size: int) -> ProcessPoolExecutor:
     method = ("spawn" if not sys.platform.startswith("linux")
               else "fork" if _one_thread() else "forkserver")
     context = multiprocessing.get_context(method)
+    gc.freeze()   # today's objects (torch's 300,000): no collection in a worker walks them again
     if method == "forkserver":   # the server imports these once; every worker is forked from it
         main = ["__main__"] if getattr(sys.modules.get("__main__"), "__file__", None) else []
         context.set_forkserver_preload(main + [m for m in ("numpy", "torch") if m in sys.modules])
@@ -121,9 +122,8 @@ def _submit(fn, runs: list, workers: int | None):
 
 
 def start(fn, runs: list, workers: int | None = None):
-    """Begin computing fn(**run) for the runs not known yet, in up to `workers` processes (default:
-    LECTURE06_WORKERS, read now); with one worker, nothing starts: map computes them here. A later
-    map of the same runs collects them; report_runs_never_asked_for names those that none did."""
+    """Begin computing fn(**run) for the runs not known yet, in `workers` processes (default:
+    LECTURE06_WORKERS); with one, nothing starts (map computes them). A later map collects them."""
     for run in runs:
         arguments = ', '.join(f'{k}={v!r}' for k, v in run.items())
         _ahead[_key(fn, run)] = f"{fn.__qualname__}({arguments})"
@@ -131,9 +131,8 @@ def start(fn, runs: list, workers: int | None = None):
 
 
 def map(fn, runs: list, workers: int | None = None, sizes: list | None = None) -> list:
-    """[fn(**run) for run in runs]: kept results, the workers' or computed here. sizes: how many
-    of the lesson's runs each run holds (a stack of 5 seeds is 5), for the progress bar, shown on
-    a terminal only (the committed outputs and the tests' captures never see it)."""
+    """[fn(**run) for run in runs]: kept, the workers' or computed here. sizes: the lesson's runs in
+    each (a stack of 5 seeds is 5) for the progress bar, on a terminal only (never in a capture)."""
     runs = list(runs)
     keys = [_key(fn, run) for run in runs]
     for key in keys:
@@ -198,3 +197,4 @@ def shutdown():
 
 
 atexit.register(shutdown)
+atexit.register(gc.freeze)   # runs first: the interpreter's last collections skip every object
