@@ -108,23 +108,3 @@ def test_train_stack_says_which_arguments_it_does_not_take():
     with pytest.raises(ValueError, match="learned positions and an lm_head"):
         city_stack.StackedDecoderLM(
             [city_train.torch_ref.DecoderLM(10, 16, 2, 8, tie_weights=True)])
-
-
-def test_each_blocks_written_out_backward_is_its_forwards_derivative():
-    """gradcheck in float64: finite differences against each Function's own backward (the
-    comparison with torch_ref above checks them only as parts of a whole model)."""
-    torch.manual_seed(0)
-    E, B, S, D, h = 2, 2, 5, 8, 2
-
-    def tensor(*shape):
-        return torch.randn(*shape, dtype=torch.float64, requires_grad=True)
-
-    x = tensor(E, B * S, D)
-    assert torch.autograd.gradcheck(city_stack._FeedForward.apply,
-                                    (x, tensor(E, D, 4 * D), tensor(E, 1, 4 * D),
-                                     tensor(E, 4 * D, D), tensor(E, 1, D)))
-    assert torch.autograd.gradcheck(
-        lambda *a: city_stack._Attention.apply(*a, h, B, S),
-        (x, tensor(E, D, 3 * D), tensor(E, 1, 3 * D), tensor(E, D, D), tensor(E, 1, D)))
-    assert torch.autograd.gradcheck(city_stack._LayerNorm.apply,
-                                    (x, tensor(E, 1, D), tensor(E, 1, D)))

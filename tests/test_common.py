@@ -72,3 +72,51 @@ def test_every_line_of_a_timing_or_kernel_dependent_note_is_marked(capsys):
     common.kernel_note("one\ntwo")
     assert capsys.readouterr().out.splitlines() == ["⏱ first line", "⏱ second line", "⚙ one",
                                                     "⚙ two"]
+
+
+PARTS_THAT_TRAIN = """
+import sys, time
+sys.path.insert(0, {lecture06!r})
+import common, runner
+def nap(seconds):
+    time.sleep(seconds)
+    return seconds
+common.main("a script", {{1: lambda args: print(runner.map(nap, [dict(seconds=1.5)], workers=2)),
+                          2: lambda args: print("done")}}, uses_torch=False)
+"""
+
+
+def _stderr_of_parts_that_train(on_a_terminal: bool) -> tuple[str, str]:
+    """(stdout, stderr) of a script whose part 1 waits 1.5 s for a run, its tables piped."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+    leader, follower = pty.openpty() if on_a_terminal else (None, subprocess.PIPE)
+    if on_a_terminal:   # 24 rows of 80 columns (a new terminal has 0, where a bar has no room)
+        fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    done = subprocess.run([sys.executable, "-c", PARTS_THAT_TRAIN.format(lecture06=LECTURE06)],
+                          stdout=subprocess.PIPE, stderr=follower, text=True, timeout=120)
+    if not on_a_terminal:
+        return done.stdout, done.stderr
+    os.close(follower)
+    stderr = b""
+    try:
+        while chunk := os.read(leader, 65536):
+            stderr += chunk
+    except OSError:   # the terminal's other end is closed: everything is read
+        pass
+    os.close(leader)
+    return done.stdout, stderr.decode()
+
+
+def test_on_a_terminal_stderr_names_each_part_and_counts_the_runs_it_waits_for():
+    stdout, stderr = _stderr_of_parts_that_train(on_a_terminal=True)
+    assert stdout == "a script\nseed 0\n[1.5]\ndone\n"
+    assert "-c: part 1 of 2" in stderr and "-c: part 2 of 2" in stderr
+    assert "part 1:" in stderr and "0/1" in stderr   # the progress bar, before the run came back
+
+
+def test_piped_stderr_gets_neither_the_parts_nor_a_progress_bar():
+    assert _stderr_of_parts_that_train(on_a_terminal=False) == ("a script\nseed 0\n[1.5]\ndone\n",
+                                                                "")

@@ -399,5 +399,5 @@ def train_many(runs: list) -> list:
     same order, trained in stacks of runs that differ only in their seeds (city_stack.py), the
     stacks side by side on the machine's cores (runner.py), each once per process."""
     stacks, members = _stacks(runs)
-    trained = runner.map(train_stack, stacks)
+    trained = runner.map(train_stack, stacks, sizes=[len(stack["seeds"]) for stack in stacks])
     return [trained[stack][place] for stack, place in members]

@@ -297,7 +297,7 @@ def seeds_of(args) -> list[int]:
 
 
 def main(doc: str, parts: dict, argv=None, uses_torch: bool = True, seeds: int | None = None,
-         train_ahead: dict | None = None, alongside: dict | None = None):
+         train_ahead: dict | None = None):
     """Run the selected parts. parts: {number: callable(args) -> None} that computes, prints and
     draws.
 
@@ -307,17 +307,13 @@ def main(doc: str, parts: dict, argv=None, uses_torch: bool = True, seeds: int |
     runner.map for: they start now, before part 1, and train while the parts before it compute
     (runner.py). Only faster: without it every line printed is the same; a run it names that no
     part asks for is named on stderr when the parts are done.
-    alongside: {part number: runs(args) -> [(fn, [run, ...]), ...]}, runs a later part will ask
-    for whose arguments need an earlier part's results (05's part 6 decodes part 5's trained
-    models): when every part runs, they start as that part begins. Only faster, as train_ahead.
     """
     args = parse_args(doc, parts.keys(), argv, seeds)
-    ahead = dict(train_ahead=train_ahead or {}, alongside=alongside or {})
     if argv is not None:   # called from Python (a test): errors propagate as they are
-        _run_parts(doc, parts, args, uses_torch, **ahead)
+        _run_parts(doc, parts, args, uses_torch, train_ahead or {})
         return args
     try:
-        _run_parts(doc, parts, args, uses_torch, **ahead)
+        _run_parts(doc, parts, args, uses_torch, train_ahead or {})
         # here, where a reader that went away is caught, not at the interpreter's exit
         sys.stdout.flush()
     except KeyboardInterrupt:
@@ -333,8 +329,16 @@ def main(doc: str, parts: dict, argv=None, uses_torch: bool = True, seeds: int |
     return args
 
 
-def _run_parts(doc: str, parts: dict, args, uses_torch: bool, train_ahead: dict,
-               alongside: dict):
+def _show_progress(number: int, count: int):
+    """Which part runs, on the screen: `make all` sends the tables to a file and stderr to the
+    screen. Only there: the committed outputs and the tests' captures never see it, and a reader
+    whose tables come to the terminal sees each part's header instead."""
+    runner.progress_label = f"part {number}"   # the progress bar's, while runs train
+    if sys.stderr.isatty() and not sys.stdout.isatty():
+        sys.stderr.write(f"{os.path.basename(sys.argv[0])}: part {number} of {count}\n")
+
+
+def _run_parts(doc: str, parts: dict, args, uses_torch: bool, train_ahead: dict):
     for number, runs_of in train_ahead.items():
         if args.part in (None, number):
             runner.start(*runs_of(args))
@@ -343,10 +347,8 @@ def _run_parts(doc: str, parts: dict, args, uses_torch: bool, train_ahead: dict,
     print(f"seed {args.seed}{' · quick' if args.quick else ''}")
     for number in sorted(parts):
         if args.part is None or args.part == number:
+            _show_progress(number, len(parts))
             # each part starts from the same state, whether run alone or not
             seed_everything(args.seed, uses_torch)
-            if args.part is None and number in alongside:
-                for fn, runs in alongside[number](args):
-                    runner.start(fn, runs)
             parts[number](args)
     runner.report_runs_never_asked_for()
