@@ -31,11 +31,10 @@ import city_lab
 import city_train
 import optim
 import recipe_figures
-import tensor
 import torch_ref
 import transformer
 from common import sci
-from tensor import Tensor, no_grad
+from tensor import Tensor, count_ops, no_grad
 
 
 def _count_forwards(model: transformer.Module) -> list:
@@ -73,11 +72,11 @@ def teacher_forcing(n_embd: int = 16, n_head: int = 2, n_layers: int = 2, seed: 
     forwards = _count_forwards(model)    # the positions of every forward pass, as it is called
     try:
         with no_grad():
-            with tensor.count_ops() as ops_one:
+            with count_ops() as ops_one:
                 one_pass = log_probs(inputs)                        # every position at once: (7, V)
             teacher_forcing_calls = list(forwards)
             forwards.clear()
-            with tensor.count_ops() as ops_each:
+            with count_ops() as ops_each:
                 # 7 × (V,)
                 per_prefix = np.stack([log_probs(inputs[:, :t + 1])[-1] for t in range(n_pred)])
     finally:
