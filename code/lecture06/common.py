@@ -151,8 +151,10 @@ def _answer_the_command_line_now():
     script = sys.modules.get("__main__")
     path, doc = getattr(script, "__file__", None), getattr(script, "__doc__", None)
     if path and sys.argv[:1] and os.path.abspath(sys.argv[0]) == os.path.abspath(path):
-        # Ctrl-C while numpy and torch load (seconds): one line, not the import's traceback
-        signal.signal(signal.SIGINT, _interrupted)
+        # Ctrl-C while numpy and torch load (seconds): one line, not the import's traceback (an
+        # ignored SIGINT, as a shell gives a background job, stays ignored)
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, _interrupted)
         if part_lines(doc):
             _parse(_parser(doc, part_lines(doc), declared_seeds(doc)), sys.argv[1:])
 
@@ -396,8 +398,9 @@ def main(doc: str, parts: dict, argv=None, uses_torch: bool = True, seeds: int |
         _run_parts(doc, parts, args, uses_torch, train_ahead or {})
         return args
     try:
-        # from here a Ctrl-C is a KeyboardInterrupt, caught below once the workers are ended
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if signal.getsignal(signal.SIGINT) is _interrupted:
+            # from here a Ctrl-C is a KeyboardInterrupt, caught below once the workers are ended
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         args = parse_args(doc, parts.keys(), argv, seeds)
         _run_parts(doc, parts, args, uses_torch, train_ahead or {})
         # here, where a reader that went away is caught, not at the interpreter's exit
