@@ -1,13 +1,16 @@
 """The scripts' command line: bad arguments are refused before any work, with a message that says
 what was wrong; a Python without the packages gets one line that says what to run instead."""
+import glob
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
 import common
-from conftest import LECTURE06
+from conftest import LECTURE06, load_script
 
 
 def refused(capsys, argv) -> str:
@@ -17,16 +20,27 @@ def refused(capsys, argv) -> str:
     return capsys.readouterr().err
 
 
-@pytest.mark.parametrize("seed", ["-1", "4294967296", "1.5"])
+@pytest.mark.parametrize("seed", ["-1", "4294967296", "1.5", "x"])
 def test_a_seed_numpy_cannot_take_is_refused_with_its_range(capsys, seed):
-    message = refused(capsys, ["--seed", seed])
-    assert "argument --seed" in message and ("0 .. 4294967295" in message
-                                             or "not a whole number" in message)
+    assert refused(capsys, ["--seed", seed]).splitlines()[-1].endswith(
+        f"argument --seed: {seed!r} is not a seed; pass a whole number from 0 to 4294967295, "
+        "e.g. --seed 1")
 
 
-def test_seeds_that_run_past_numpys_range_or_none_are_refused(capsys):
-    assert "do not fit numpy's seeds" in refused(capsys, ["--seed", "4294967295", "--seeds", "2"])
-    assert "give 1 or more" in refused(capsys, ["--seeds", "0"])
+def test_seeds_that_run_past_numpys_range_or_none_are_refused_naming_what_to_pass(capsys):
+    assert ("--seed 4294967295 --seeds 2 would run past the largest seed, 4294967295: pass a "
+            "smaller --seed or fewer --seeds") in refused(capsys, ["--seed", "4294967295",
+                                                                    "--seeds", "2"])
+    for count in ("0", "-1", "2.5", "x"):
+        [line] = [line for line in refused(capsys, ["--seeds", count]).splitlines()
+                  if "error" in line]
+        assert line.endswith(f"argument --seeds: {count!r} is not a number of seeds; pass how "
+                             "many seeds each claim is counted over, 1 or more, e.g. --seeds 3")
+
+
+def test_figures_and_no_figures_together_are_refused(capsys, tmp_path):
+    assert ("--figures DIR writes figures and --no-figures draws none: pass one of them"
+            in refused(capsys, ["--figures", str(tmp_path), "--no-figures"]))
 
 
 def test_figures_must_be_a_folder_checked_before_any_work(capsys, tmp_path):
@@ -120,3 +134,98 @@ def test_on_a_terminal_stderr_names_each_part_and_counts_the_runs_it_waits_for()
 def test_piped_stderr_gets_neither_the_parts_nor_a_progress_bar():
     assert _stderr_of_parts_that_train(on_a_terminal=False) == ("a script\nseed 0\n[1.5]\ndone\n",
                                                                 "")
+
+
+SCRIPTS = sorted(glob.glob(os.path.join(LECTURE06, "0[1-9]_*.py")))
+HELP_AND_MODULES = """
+import os, resource, runpy, sys
+sys.argv = [{path!r}, "--help"]
+sys.path.insert(0, os.path.dirname(sys.argv[0]))   # as `python script.py` does
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+finally:
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    print("cpu", used.ru_utime + used.ru_stime, "torch" in sys.modules, "numpy" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize("path", SCRIPTS, ids=os.path.basename)
+def test_help_lists_the_parts_as_their_headers_print_them_in_under_a_second_without_torch(
+        path, monkeypatch, capsys):
+    done = subprocess.run([sys.executable, "-c", HELP_AND_MODULES.format(path=path)],
+                          capture_output=True, text=True, timeout=60)
+    *shown, measured = done.stdout.splitlines()
+    _, cpu, torch_loaded, numpy_loaded = measured.split()
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert float(cpu) < 1 and torch_loaded == numpy_loaded == "False"
+    # the same text as the script's own parser, built with its PARTS and --seeds default
+    script = load_script(os.path.basename(path))
+    monkeypatch.setattr(sys, "argv", [path])
+    with pytest.raises(SystemExit):
+        common.parse_args(script.__doc__, script.PARTS, ["--help"],
+                          seeds=getattr(script, "SEEDS", None))
+    assert "\n".join(shown) + "\n" == capsys.readouterr().out
+    # every part listed, each as its header prints it
+    lines = common.part_lines(script.__doc__)
+    assert sorted(lines) == sorted(script.PARTS)
+    for number, line in lines.items():
+        assert line in " ".join("\n".join(shown).split())   # wrapped as in the docstring
+        common.header(number, script.__doc__)
+        assert capsys.readouterr().out == f"\n{line}\n{'─' * len(line)}\n"
+
+
+def test_a_header_whose_docstring_line_no_longer_names_its_sizes_is_an_error(capsys):
+    doc = ("Script 99 · a title\n\nPart 1 · §2.2 Why divide by √d, d = 512\n"
+           "Part 2 · §3 Long\n    end")
+    common.header(1, doc, "d = 512")
+    common.header(2, doc)
+    assert [line for line in capsys.readouterr().out.splitlines() if line] == [
+        "Part 1 · §2.2 Why divide by √d, d = 512", "─" * 39, "Part 2 · §3 Long end", "─" * 20]
+    with pytest.raises(ValueError, match="part 1 uses d = 256; its docstring line says 'Part 1"):
+        common.header(1, doc, "d = 256")
+    with pytest.raises(ValueError, match="no line 'Part 3"):
+        common.header(3, doc)
+
+
+# Where a Ctrl-C lands in 05, each after a line that says it got there: its imports (torch's, ~2 s;
+# -X importtime names each module as it finishes), its workers starting (train_ahead, before part
+# 1), part 5 waiting for them, part 6 training then decoding in this process
+# (-X importtime only there: its thousand stderr lines would fill a pipe nobody reads meanwhile)
+CTRL_C_POINTS = {"importing torch": (["-X", "importtime"], [], "stderr", "torch._C"),
+                 "workers starting": ([], [], "stdout", "seed 0"),
+                 "waiting for the workers": ([], [], "stdout", "Part 5 · "),
+                 "part 6 alone": ([], ["--part", "6", "--quick"], "stdout", "Part 6 · ")}
+
+
+@pytest.mark.parametrize("point", CTRL_C_POINTS)
+def test_ctrl_c_anywhere_ends_a_script_with_one_line_exit_130_and_no_worker_left(point):
+    flags, argv, stream, line = CTRL_C_POINTS[point]
+    script = subprocess.Popen(
+        [sys.executable, *flags, os.path.join(LECTURE06, "05_training_recipe.py"),
+         "--no-figures", *argv],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "LECTURE06_WORKERS": "2", "PYTHONUNBUFFERED": "1"},
+        # a group of its own, with Ctrl-C's default action, as a terminal's foreground job has
+        start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    seen = []
+    for text in getattr(script, stream):
+        seen.append(text)
+        # importtime's lines end "| <indent>module"
+        if (text.split("|")[-1].strip() == line if flags else text.startswith(line)):
+            break
+    else:
+        pytest.fail(f"no line with {line!r} came; the last: {seen[-3:]}")
+    os.killpg(script.pid, signal.SIGINT)   # what Ctrl-C sends: every process of the group
+    stdout, stderr = script.communicate(timeout=120)
+    stderr = "".join(seen if stream == "stderr" else []) + stderr
+    told = [text for text in stderr.splitlines() if text and not text.startswith("import time:")]
+    assert script.returncode == 128 + signal.SIGINT
+    assert told == ["interrupted (Ctrl-C)"], stderr[-3000:]
+    for _ in range(100):
+        try:
+            os.killpg(script.pid, 0)   # any process of the group left?
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("a worker process outlived the script")

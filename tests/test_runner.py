@@ -1,10 +1,9 @@
 """runner.py, the engine room: `runner.map(fn, runs)` is `[fn(**run) for run in runs]` wherever the
-runs are computed; what a script does when it is interrupted or its reader goes away."""
+runs are computed; what a script does when its reader goes away (Ctrl-C: test_common.py)."""
 import os
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -113,37 +112,6 @@ def _script(name: str, *args: str, **popen) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-W", "error::DeprecationWarning",
                              os.path.join(LECTURE06, name),
                              *args], stderr=subprocess.PIPE, text=True, **popen)
-
-
-def test_ctrl_c_ends_a_script_with_one_line_and_leaves_no_worker_behind():
-    # unbuffered: its "seed 0" line arrives as it is printed
-    env = {**os.environ, "LECTURE06_WORKERS": "2", "PYTHONUNBUFFERED": "1"}
-    script = _script("04_residual_layernorm.py", "--part", "4", "--no-figures", env=env,
-                     # a group of its own, as in a terminal
-                     stdout=subprocess.PIPE, start_new_session=True,
-                     # and Ctrl-C's default action, as a terminal gives it: a shell without job
-                     # control starts `make test &` with SIGINT ignored, an ignored SIGINT is
-                     # inherited across exec, and Python then raises no KeyboardInterrupt (the
-                     # script trained on to its end)
-                     preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    # "seed 0" comes once the script is imported and has started its runs (~30 s of work left); a
-    # fixed wait from the start could end before the imports on a loaded machine
-    for line in script.stdout:
-        if line.startswith("seed "):
-            break
-    time.sleep(2)                         # its workers started, Ctrl-C ignored in them
-    os.killpg(script.pid, signal.SIGINT)  # what Ctrl-C sends: every process of the foreground group
-    _, stderr = script.communicate(timeout=60)
-    assert script.returncode == 128 + signal.SIGINT
-    assert stderr.strip() == "interrupted (Ctrl-C)", stderr[-2000:]
-    for _ in range(50):
-        try:
-            os.killpg(script.pid, 0)               # any process of the group left?
-        except ProcessLookupError:
-            break
-        time.sleep(0.1)
-    else:
-        pytest.fail("a worker process outlived the script")
 
 
 def test_a_reader_that_goes_away_ends_a_script_quietly():

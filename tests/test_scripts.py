@@ -93,7 +93,7 @@ def test_every_part_prints_its_header_first_before_any_work(name, monkeypatch, c
     script = load_script(name)
     headers = []
 
-    def header(part, section, title):
+    def header(part, doc, *shown):
         headers.append((part, capsys.readouterr().out))
         raise HeaderReached
 

@@ -1,5 +1,11 @@
 """Script 01 · Attention: soft lookup, why √d, the causal mask, no positions, RNN vs attention.
 
+Part 1 · §2.1 Attention as a soft lookup
+Part 2 · §2.2 Why divide by √d
+Part 3 · §2.3 The causal mask: the decoder cannot see the future
+Part 4 · §2.4 Without positions attention is permutation-equivariant
+Part 5 · §1.2 RNN vs attention, d = 512
+
 Serves notes §1.2 (part 5) and §2.1-§2.4 (parts 1-4). Parts 3 and 4 run the attention layers of
 transformer.py, built on lecture 5's tensor.py.
 
@@ -50,7 +56,7 @@ def soft_lookup(query=(0.1, 0.9, 0.3, 0.0), values=(10.0, 20.0, 30.0, 40.0),
 
 
 def show_soft_lookup(args):
-    common.header(1, "§2.1", "Attention as a soft lookup")
+    common.header(1, __doc__)
     r = soft_lookup()
     common.note(f"keys = the 4×4 identity, values = {r['values'].tolist()}, query q = "
                 f"{r['query'].tolist()}, scores = scale · q·kᵢ")
@@ -106,7 +112,7 @@ def score_scaling(dims=(4, 16, 64, 256, 1024), n_keys: int = 32, trials: int = 2
 
 
 def show_score_scaling(args):
-    common.header(2, "§2.2", "Why divide by √d")
+    common.header(2, __doc__)
     r = score_scaling(trials=200 if args.quick else 2000, seed=args.seed)
     common.note(f"q, k with iid N(0, 1) entries; each query against {r['n_keys']} keys, "
                 f"{r['trials']} trials; a uniform softmax has max weight {1 / r['n_keys']:.3f}, "
@@ -204,7 +210,7 @@ def mask_text(value: float) -> str:
 
 
 def show_causal_mask(args):
-    common.header(3, "§2.3", "The causal mask: the decoder cannot see the future")
+    common.header(3, __doc__)
     common.note(f"Additive mask (row = query, column = key), {mask_text(tensor.MASK_VALUE)} "
                 f"where the key is in the future:")
     r = causal_mask(seed=args.seed)
@@ -315,7 +321,7 @@ NOTES_WITH_POSITIONS = 0.084   # §2.4's "加上位置嵌入后两者差 0.084",
 
 
 def show_permutation(args):
-    common.header(4, "§2.4", "Without positions attention is permutation-equivariant")
+    common.header(4, __doc__)
     seeds = range(args.seed, args.seed + 10)     # no training: ten random inits cost milliseconds
     r = permutation_over_seeds(seeds)
     first, n, spread = r["runs"][0], len(r["seeds"]), r["spread"]
@@ -528,7 +534,7 @@ def rnn_vs_attention(d: int = D_MODEL, lengths=(128, 512, 1024, 2048, 4096, 8192
 
 
 def show_rnn_vs_attention(args):
-    common.header(5, "§1.2", f"RNN vs attention, d = {D_MODEL}")
+    common.header(5, __doc__, f"d = {D_MODEL}")
     r = rnn_vs_attention(D_MODEL, timed=(256,) if args.quick else (512, 1024), repeats=3,
                          seed=args.seed)
     print_flops(r["d"], r["rows"], r["counted"])

@@ -1,5 +1,11 @@
 """Script 02 · Positions: sinusoidal encoding, its rotation, learned tables, √d, shared embeddings.
 
+Part 1 · §4.2 Sinusoidal position encoding, d = 512
+Part 2 · §4.2 PE(t+k) is a rotation of PE(t); PE(t)·PE(t+k) depends only on k
+Part 3 · §4.3 A learned position table fixes the maximum length
+Part 4 · §4.4 Why the embeddings are multiplied by √d
+Part 5 · §4.1 Parameters of the original Transformer, V = 37,000 shared BPE vocabulary
+
 Serves notes §4.1 (part 5) and §4.2-§4.4 (parts 1-4). The encoding is
 transformer.sinusoidal_positions, the one the models use.
 
@@ -43,7 +49,7 @@ def sinusoidal(d: int = D_MODEL, n_positions: int = 2048) -> dict:
 
 
 def show_sinusoidal(args):
-    common.header(1, "§4.2", f"Sinusoidal position encoding, d = {D_MODEL}")
+    common.header(1, __doc__, f"d = {D_MODEL}")
     r = sinusoidal(D_MODEL, n_positions=1024 if args.quick else 2048)
     T, d = r["n_positions"], r["d"]
     common.table([
@@ -121,7 +127,7 @@ DOT_ROUNDING = 1e-12
 
 
 def show_rotation(args):
-    common.header(2, "§4.2", "PE(t+k) is a rotation of PE(t); PE(t)·PE(t+k) depends only on k")
+    common.header(2, __doc__)
     r = rotation()
     common.table([[row["k"], common.at_most(row["rotation_error"], ROTATION_ROUNDING),
                    f"{row['dot_mean']:.6f}", f"{row['sum_cos']:.6f}",
@@ -177,7 +183,7 @@ def learned_limit(n_positions: int = 8, far: int = 9999, seed: int = 0) -> dict:
 
 
 def show_learned_limit(args):
-    common.header(3, "§4.3", "A learned position table fixes the maximum length")
+    common.header(3, __doc__)
     r = learned_limit(seed=args.seed)
     n = r["n_positions"]
     common.table([[f"DecoderLM(n_positions={n}, positions={name!r})", f"logits {m['fits']}",
@@ -218,7 +224,7 @@ def embedding_scale(d: int = D_MODEL, n_positions: int = 2048, seed: int = 0) ->
 
 
 def show_embedding_scale(args):
-    common.header(4, "§4.4", "Why the embeddings are multiplied by √d")
+    common.header(4, __doc__)
     r = embedding_scale(seed=args.seed)
     d, T = r["d"], r["n_positions"]
     common.table([
@@ -331,8 +337,7 @@ def parameter_table(n_vocab: int = VOCAB) -> dict:
 
 
 def show_parameter_table(args):
-    common.header(5, "§4.1", f"Parameters of the original Transformer, V = {VOCAB:,} shared "
-                             "BPE vocabulary")
+    common.header(5, __doc__, f"V = {VOCAB:,}")
     r = parameter_table(VOCAB)
     rows = []
     for name, row in r["rows"].items():

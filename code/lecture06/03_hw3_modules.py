@@ -1,5 +1,16 @@
 """Script 03 · HW3's modules: stable loss, dropout, head shapes, parity, op counts, encoder-decoder.
 
+Part 1 · §9.1 softmax_loss = logsumexp(z) − z_y, stable at any scale
+Part 2 · §7.2 Dropout p = 0.1 on a vector of ones
+Part 3 · §3.2 Shapes in multi-head attention, B = 2, S = 5, D = 12, h = 3 (Dh = 4)
+Part 4 · §9.2 Parity with torch_ref.py (float64, train mode, dropout p = 0.1, same masks)
+Part 5 · §8.4 Primitive operations per forward (tensor.py's counter; eval mode, so dropout adds
+    none)
+Part 6 · §3.3, §6.1-§6.2 The paper's encoder-decoder: parameters, shapes, parity with
+    torch.nn.Transformer
+Part 7 · §8.4 continued, beyond the notes: what fusion buys, in launches, bytes and memory (one
+    Pre-LN layer, B = 1, forward + backward)
+
 Serves the lecture-6 notes §9.1 (softmax_loss through logsumexp, part 1), §7.2 (dropout, part 2),
 §3.2 (shapes and strides inside multi-head attention, part 3), §9.2 (parity with the PyTorch twin,
 part 4), §8.4 (how many primitive operations each module's forward makes, part 5) and §3.3,
@@ -56,7 +67,7 @@ def stable_loss(logits=(1000.0, 999.0, 998.0), target: int = 0) -> dict:
 
 
 def show_stable_loss(args):
-    common.header(1, "§9.1", "softmax_loss = logsumexp(z) − z_y, stable at any scale")
+    common.header(1, __doc__)
     r = stable_loss()
     common.table([["naive log Σ exp(z)  (numpy)", f"{r['naive']}"],
                   ["transformer.logsumexp(z)", f"{r['logsumexp']:.6f}"],
@@ -88,7 +99,7 @@ def dropout_demo(n: int = 100_000, p: float = 0.1) -> dict:
 
 def show_dropout(args):
     n, p = (10_000 if args.quick else 100_000), 0.1   # the paper's rate (§7.2)
-    common.header(2, "§7.2", f"Dropout p = {p} on {n:,} ones")
+    common.header(2, __doc__, f"p = {p}")
     r = dropout_demo(n, p)
     common.table([["kept fraction", f"{r['kept']:.4f}",
                    f"1 − p = {1 - r['p']:.1f} ± {r['sigma']:.4f} (1σ)"],
@@ -98,7 +109,8 @@ def show_dropout(args):
                    f"kept/(1 − p) = {r['kept_over_keep_prob']:.4f}"],
                   ["eval mode: max |output − input|", f"{r['eval_max_change']:.1f}",
                    "identity" + (" (returns its input)" if r["eval_is_identity"] else "")]],
-                 headers=["train mode", "ours", "expected"], disable_numparse=True)
+                 headers=[f"train mode, {n:,} ones", "ours", "expected"],
+                 disable_numparse=True)
     common.note("|mean − kept/(1 − p)| "
                 f"{common.at_most(abs(r['mean'] - r['kept_over_keep_prob']), ROUNDING)}: "
                 "the mean is the "
@@ -182,8 +194,7 @@ def heads_cost(B: int = 2, S: int = 5, D: int = 12, heads=(1, 3, 4, 12),
 
 def show_head_shapes(args):
     B, S, D, h = 2, 5, 12, 3   # the notes' example (§3.2)
-    common.header(3, "§3.2", f"Shapes in multi-head attention, B = {B}, S = {S}, D = {D}, h = {h} "
-                             f"(Dh = {D // h})")
+    common.header(3, __doc__, f"B = {B}, S = {S}, D = {D}, h = {h} (Dh = {D // h})")
     r = head_shapes(B, S, D, h, seed=args.seed)
     common.table([[s["code"], s["what"], s["shape"], s["strides"],
                    "yes" if s["contiguous"] else "NO", s["storage"]]
@@ -260,8 +271,7 @@ def parity(B: int = 2, S: int = 6, D: int = 16, h: int = 4, n_vocab: int = 23, n
 
 
 def show_parity(args):
-    common.header(4, "§9.2",
-                  "Parity with torch_ref.py (float64, train mode, dropout p = 0.1, same masks)")
+    common.header(4, __doc__)
     results = parity(seed=args.seed)
     common.table([[r["module"], f"{r['n_params']:,}", r["n_tensors"], r["dropouts"],
                    common.at_most(max(r["output_diff"], r["max_grad_diff"]), PARITY_BOUND)]
@@ -325,8 +335,7 @@ def _kinds_used(counters) -> list[str]:
 
 
 def show_op_counts(args):
-    common.header(5, "§8.4", "Primitive operations per forward (tensor.py's counter; eval mode, so "
-                             "dropout adds none)")
+    common.header(5, __doc__)
     r = op_counts(seed=args.seed)
     rows = dict(r["modules"], **{f"{k}()": v for k, v in r["functions"].items()})
     kinds = _kinds_used(rows.values())
@@ -670,8 +679,7 @@ def show_beam_counts(g: dict):
 
 
 def show_encoder_decoder(args):
-    common.header(6, "§3.3, §6.1-§6.2", "The paper's encoder-decoder: parameters, shapes, parity "
-                                        "with torch.nn.Transformer")
+    common.header(6, __doc__)
     print_encoder_decoder_parameters(encoder_decoder_parameters())
     print()
     print_encoder_decoder_shapes(encoder_decoder_shapes(seed=args.seed))
@@ -859,9 +867,7 @@ def fusion_times(d: int, h: int, S: int, repeats: int = 5, seed: int = 0) -> dic
 def show_fusion(args):
     big = GPT2_LAYER
     small = dict(d=128, h=4, S=128) if args.quick else dict(d=256, h=4, S=256)
-    common.header(7, "§8.4 continued, beyond the notes:",
-                  "what fusion buys, in launches, bytes and memory "
-                  "(one Pre-LN layer, B = 1, forward + backward)")
+    common.header(7, __doc__)
     rows = fusion_counts_from_shapes(big["d"], big["h"], big["S"], seed=args.seed)
     print_fusion_counts(rows, big)
     print_fusion_times(fusion_times(small["d"], small["h"], small["S"], seed=args.seed), small)

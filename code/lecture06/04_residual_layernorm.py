@@ -1,5 +1,10 @@
 """Script 04 · Residuals, LayerNorm, Post-LN vs Pre-LN: gradient gain, LN vs BatchNorm, stability.
 
+Part 1 · §5.2 Residuals: letting the gradient take the straight road
+Part 2 · §5.3 LayerNorm normalises each token on its own
+Part 3 · §5.4 Post-LN vs Pre-LN: gradient norms at initialisation
+Part 4 · §5.4 Post-LN vs Pre-LN: training with and without warmup
+
 Serves notes §5.2 (part 1), §5.3 (part 2) and §5.4 (parts 3 and 4). Parts 1-3 measure at
 initialisation; part 4 trains 6-layer models on the city language (city_train.py): the three
 configurations whose fate is the same at every seed (both placements at the small lr, Post-LN
@@ -80,7 +85,7 @@ def gradient_gain(depths=(1, 2, 4, 8, 16, 32, 64), width: int = 256, batch: int 
 
 
 def show_gradient_gain(args):
-    common.header(1, "§5.2", "Residuals: letting the gradient take the straight road")
+    common.header(1, __doc__)
     r = gradient_gain(seeds=(args.seed,) if args.quick else tuple(args.seed + i for i in range(3)))
     common.note(f"L × (Linear {r['width']}→{r['width']} + ReLU), PyTorch's default init "
                 f"U(±1/√{r['width']}), input N(0, 1) of batch {r['batch']}; gain = ‖∂/∂input‖ / "
@@ -169,7 +174,7 @@ def batch_companions(seq_len: int = 4, d: int = 8, batch: int = 2, trials: int =
 
 
 def show_batch_companions(args):
-    common.header(2, "§5.3", "LayerNorm normalises each token on its own")
+    common.header(2, __doc__)
     r = batch_companions(seed=args.seed)
     common.note(f"one sequence ({r['seq_len']} tokens × {r['d']} features) batched with "
                 f"{r['batch'] - 1} other random sequence(s), fresh companions in each trial;\nmax "
@@ -286,7 +291,7 @@ def part3_findings(r: dict, unit: dict) -> dict:
 
 
 def show_layer_grad_norms(args):
-    common.header(3, "§5.4", "Post-LN vs Pre-LN: gradient norms at initialisation")
+    common.header(3, __doc__)
     depths, seeds = ((2, 4, 8, 16) if args.quick else (2, 4, 8, 16, 32),
                      tuple(args.seed + i for i in range(3)))
     r = layer_grad_norms(depths=depths, seeds=seeds)
@@ -538,7 +543,7 @@ def part4_runs(args) -> tuple:
 
 
 def show_training_stability(args):
-    common.header(4, "§5.4", "Post-LN vs Pre-LN: training with and without warmup")
+    common.header(4, __doc__)
     r = training_stability(part4_plan(args), window=25 if args.quick else 50)
     _print_setup(r)
     _print_first_seed(r)

@@ -1,5 +1,13 @@
 """Script 05 · The training recipe: teacher forcing, label smoothing, warmup, Adam, averaging.
 
+Part 1 · §7.1 Teacher forcing: every position's loss from one forward pass
+Part 2 · §7.3 Label smoothing: a finite optimum, two conventions, an exact price
+Part 3 · §7.5 The paper's learning rate: d^−0.5 · min(step^−0.5, step · warmup^−1.5), d = 512,
+    warmup = 4000
+Part 4 · §7.5 Adam's first step: update ≈ lr · sign(g), lr = 1e-3, β = (0.9, 0.98)
+Part 5 · §7.6 Checkpoint averaging at a constant lr of 0.003
+Part 6 · §7.1, exercise 11 Training is parallel, generation is serial
+
 Serves notes §7.1 (teacher forcing, part 1), §7.3 (label smoothing and its exact cost on the city
 language, part 2), §7.5 (the learning-rate formula, part 3; Adam's first step, part 4) and §7.6
 (checkpoint averaging on the city language, part 5), and exercises 7-9. Part 1 runs transformer.py
@@ -92,7 +100,7 @@ def teacher_forcing(n_embd: int = 16, n_head: int = 2, n_layers: int = 2, seed: 
 
 
 def show_teacher_forcing(args):
-    common.header(1, "§7.1", "Teacher forcing: every position's loss from one forward pass")
+    common.header(1, __doc__)
     r = teacher_forcing(seed=args.seed)
     common.note("A causal 2-layer DecoderLM (d = 16, random init, eval mode), vocabulary "
                 f"{r['vocab']}.\n"
@@ -236,7 +244,7 @@ def smoothing_cost(epsilons=(0.01, 0.05, 0.1, 0.2)) -> dict:
 
 
 def show_label_smoothing(args):
-    common.header(2, "§7.3", "Label smoothing: a finite optimum, two conventions, an exact price")
+    common.header(2, __doc__)
     g = optimal_gap()
     common.note(f"V = {g['V']:,}, ε = {g['eps']}: the smoothed loss is minimised where softmax(z) "
                 "= p, so the correct logit beats the others by log(p_correct/p_other):")
@@ -348,8 +356,7 @@ def lr_schedule(d_model: int = D_MODEL, warmup: int = WARMUP, last: int = 200_00
 
 def show_lr_schedule(args):
     d, w = D_MODEL, WARMUP
-    common.header(3, "§7.5", "The paper's learning rate: d^−0.5 · min(step^−0.5, step · "
-                             f"warmup^−1.5), d = {d}, warmup = {w}")
+    common.header(3, __doc__, f"d = {d}, warmup = {w}")
     r = lr_schedule(d, w)
     ex7, parts = r["ex7"], r["ex7_parts"]
     common.table([["peak, at step warmup", f"{d}^−0.5 · {w}^−0.5", sci(r["peak"])],
@@ -402,8 +409,7 @@ def adam_first_step(gradients=tuple((-1) ** i * 10.0 ** e for i, e in enumerate(
 
 
 def show_adam_first_step(args):
-    common.header(4, "§7.5", f"Adam's first step: update ≈ lr · sign(g), lr = {sci(ADAM_LR, 0)}, "
-                             f"β = {ADAM_BETAS}")
+    common.header(4, __doc__, f"lr = {sci(ADAM_LR, 0)}, β = {ADAM_BETAS}")
     r = adam_first_step(lr=ADAM_LR, betas=ADAM_BETAS)
     rows, (e1, e2) = r["rows"], r["epsilons"]
     common.note("Bias correction makes m̂ = g and v̂ = g² after one step, so the update is lr · "
@@ -574,7 +580,7 @@ def part5_runs(args) -> tuple:
 
 
 def show_checkpoint_averaging(args):
-    common.header(5, "§7.6", f"Checkpoint averaging at a constant lr of {LR:g}")
+    common.header(5, __doc__, f"lr of {LR:g}")
     r = checkpoint_averaging(seeds=part5_seeds(args))
     print_checkpoints(r)
     print_against_the_last(r)
@@ -842,7 +848,7 @@ GENERATION_SEEDS = 3
 
 
 def show_generation(args):
-    common.header(6, "§7.1, exercise 11", "Training is parallel, generation is serial")
+    common.header(6, __doc__)
     models = constant_lr_models(part5_seeds(args))
     # the model of --seed, quick or not: part 5's 400-step constant-lr run
     serial = serial_generation(float64_model(models[args.seed]),

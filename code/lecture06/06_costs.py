@@ -1,5 +1,17 @@
 """Script 06 · Costs: parameters, FLOPs per token, where n² takes over, activation memory, time.
 
+Part 1 · §8.1 Parameters: the formula against the modules' own count (torch_ref on meta)
+Part 2 · §8.2 FLOPs per token, GPT-2 small at n = 1024: formula against FlopCounterMode
+Part 3 · §8.3 Where n² takes over: attention 4·n·d against 24·d² per token per layer
+Part 4 · §8.3 Activations one Pre-LN layer saves for backward (d = 64, h = 4, float32, no dropout;
+    beside it, dropout 0.1)
+Part 5 · §8.3 The attention core's share of one layer's time (d = 256, h = 4, float32, 1 thread,
+    training mode, dropout 0.1)
+Part 6 · §8.3 continued, beyond the notes: the flash core and the activations a layer saves (d = 64,
+    h = 4, p_dropout 0)
+Part 7 · §8.3, §13 Korthikanti et al. (2022): activation memory per layer, term by term, beside part
+    4's measurement
+
 Serves the lecture-6 notes §8.1 (where the parameters are, part 1), §8.2 (FLOPs per token against
 PyTorch's FLOP counter, part 2), §8.3 (n = 6d, part 3; the activations a layer saves for backward,
 without and with dropout, part 4; the attention core's share of a layer's time, part 5) and §5.1
@@ -127,8 +139,7 @@ def parameters(sizes=SIZES) -> dict:
 
 
 def show_parameters(args):
-    common.header(1, "§8.1",
-                  "Parameters: the formula against the modules' own count (torch_ref on meta)")
+    common.header(1, __doc__)
     r = parameters()
     small = r["models"]["GPT-2 small"]
     cfg = small["cfg"]
@@ -232,8 +243,7 @@ def flops_per_token(cfg=GPT2_SMALL, seq_len: int = 1024) -> dict:
 
 def show_flops(args):
     n = GPT2_SMALL["n_positions"]   # its whole context
-    common.header(2, "§8.2",
-                  f"FLOPs per token, GPT-2 small at n = {n}: formula against FlopCounterMode")
+    common.header(2, __doc__, f"n = {n}")
     r = flops_per_token(GPT2_SMALL, seq_len=n)
     expressions = ["6·S·d²·L", "2·S·d²·L", "4·S²·d·L", "16·S·d²·L", "2·S·d·V"]
     common.table([[term, expr, f"{r['formula'][term]:,}", f"{r['counted'][term]:,}",
@@ -331,8 +341,7 @@ def llama_attention_share(seq_lens=(2048, 32768, 131072), cfg=LLAMA_7B) -> list[
 
 
 def show_crossover(args):
-    common.header(3, "§8.3",
-                  "Where n² takes over: attention 4·n·d against 24·d² per token per layer")
+    common.header(3, __doc__)
     llama = llama_attention_share()
     common.table([[r["model"], r["d"], r["n_star"], f"{r['attention_per_token'] / 1e6:.1f}",
                    f"{r['rest_per_token'] / 1e6:.1f}"] for r in crossover()],
@@ -417,9 +426,7 @@ def activation_examples(a: float = 16, b: float = 1) -> list[dict]:
 def show_activation_memory(args, p_dropout: float = 0.1):
     seq_lens = (16, 32, 64, 128, 256) if args.quick else (16, 32, 64, 128, 256, 512)
     d, h = 64, 4   # a layer small enough to measure in milliseconds
-    common.header(4, "§8.3",
-                  f"Activations one Pre-LN layer saves for backward (d = {d}, h = {h}, float32, "
-                             f"no dropout; beside it, dropout {p_dropout:g})")
+    common.header(4, __doc__, f"(d = {d}, h = {h},", f"dropout {p_dropout:g})")
     r, rd = activation_memory(seq_lens, d, h), activation_memory(seq_lens, d, h, p_dropout)
     common.table([[x["S"], f"{x['bytes']:,}", f"{x['floats']:,}", f"{x['exact']:,}",
                    "yes" if x["floats"] == x["exact"] else "NO", x["storages"], f"{y['floats']:,}",
@@ -574,8 +581,7 @@ def _timed_forwards(layer, x: torch.Tensor, in_core: list, repeats: int, budget:
 def show_attention_time(args):
     seq_lens = (128, 512) if args.quick else (128, 512, 2048)
     d, h, p = 256, 4, 0.1
-    common.header(5, "§8.3", f"The attention core's share of one layer's time (d = {d}, h = {h}, "
-                             f"float32, 1 thread, training mode, dropout {p:g})")
+    common.header(5, __doc__, f"(d = {d}, h = {h},", f"dropout {p:g})")
     rows = attention_time_share(seq_lens, n_embd=d, n_head=h, p_dropout=p, seed=args.seed)
     common.table([[r["S"], f"S/(6d + S) = {100 * r['flop_share']:.1f}%"] for r in rows],
                  headers=["S", "attention core's FLOP share"], disable_numparse=True)
@@ -659,9 +665,7 @@ def flash_memory(seq_lens=(16, 32, 64, 128, 256, 512), n_embd: int = 64, n_head:
 def show_flash_memory(args):
     seq_lens = (16, 32, 64, 128, 256) if args.quick else (16, 32, 64, 128, 256, 512)
     d, h = 64, 4   # part 4's layer
-    common.header(6, "§8.3 continued, beyond the notes:",
-                  f"the flash core and the activations a layer saves (d = {d}, h = {h}, "
-                  f"p_dropout 0)")
+    common.header(6, __doc__, f"(d = {d}, h = {h},")
     r = flash_memory(seq_lens, d, h)
     rows = r["rows"]
 
@@ -891,8 +895,7 @@ def korthikanti_comparison(seq_len: int = 128, n_embd: int = 64, n_head: int = 4
 
 
 def show_korthikanti(args):
-    common.header(7, "§8.3, §13", "Korthikanti et al. (2022): activation memory per layer, term "
-                                  "by term, beside part 4's measurement")
+    common.header(7, __doc__)
     r = korthikanti_comparison()
     S, b, d, h = r["S"], r["b"], r["d"], r["h"]
     common.note(f"Their s·b·h·(34 + 5·a·s/h) bytes (16-bit activations, 1-byte dropout masks; "

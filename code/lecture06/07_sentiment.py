@@ -1,5 +1,10 @@
 """07 · A movie-review Transformer trained on our own framework: lecture 5's contrast sentences
 
+Part 1 · §9.3 Same initialisation, batches and dropout masks as PyTorch: 20 Adam steps
+Part 2 · §9.3 Lecture 5's test set: accuracy by sentence kind
+Part 3 · §9.3 What the model with positions attends to in "the plot was good but the acting was
+    bad"
+
 Serves notes §9.3 (and §2.4, exercise 12). The model is built from tensor.py + transformer.py only:
 token embedding (+ learned positions) -> dropout -> one bidirectional Pre-LN TransformerLayer
 (pad mask) -> LayerNorm -> mean over the non-pad tokens -> Linear to 2 classes; loss
@@ -7,18 +12,17 @@ transformer.softmax_loss. The data are lecture 5's reviews (code/lecture05/revie
 negation, contrast sentences). The model and its training are in sentiment_train.py
 (SentimentTransformer, train_transformer); this script is what they show.
 
-Part 1 · §9.3  parity: the same initialisation, batches and dropout masks as a PyTorch twin
-               (torch_ref modules), 20 Adam steps; per-step losses and their max difference.
-Part 2 · §9.3  accuracy by kind on lecture 5's test set: bag-of-words, the Transformer without
-               and with positions; each contrast pair's logits differ by rounding only without
-               positions.
-Part 3 · §9.3  attention in "the plot was good but the acting was bad": the weight each position
-               receives, averaged over the heads and the 9 queries (the notes: most on position 8).
+Part 1 trains ours and a PyTorch twin (torch_ref modules) from the same initialisation, batches
+and dropout masks, and prints the per-step losses and their largest difference. Part 2 compares
+bag-of-words with the Transformer without and with positions, by sentence kind; without positions
+each contrast pair's logits differ by rounding only. Part 3 prints the weight each position
+receives, averaged over the heads and the 9 queries (the notes: most on position 8).
+
 Parts 2 and 3 train the Transformers at seeds --seed, --seed+1, ... (Part 2 at the first 3, whose
-claims hold at every seed; Part 3 at --seeds, default 5), print the first seed's tables and the
-spread over the seeds, and count at how many seeds each claim holds. A
-count is marked ⚙ unless every seed decides it, either way, by more than other float kernels move a
-trained model (TIPPING). Part 3 looks at Part 2's models. PyTorch appears only in Part 1; everything
+claims hold at every seed; Part 3 at --seeds seeds (default 5)), print the first seed's tables and
+the spread over the seeds, and count at how many seeds each claim holds. A count is marked ⚙ unless
+every seed decides it, either way, by more than other float kernels move a trained model (TIPPING).
+Part 3 looks at Part 2's models. PyTorch appears only in Part 1; everything
 else trains with tensor.py.
 """
 from __future__ import annotations
@@ -121,8 +125,7 @@ def parity(seed: int = common.DEFAULT_SEED, steps: int = PARITY_STEPS) -> dict:
 
 
 def show_parity(args):
-    common.header(1, "§9.3", "Same initialisation, batches and dropout masks as PyTorch: "
-                             f"{PARITY_STEPS} Adam steps")
+    common.header(1, __doc__, f"{PARITY_STEPS} Adam steps")
     r = parity(args.seed)
     rows = [(i + 1, a, b, abs(a - b)) for i, (a, b) in enumerate(zip(r["ours"], r["torch"]))]
     # the last digits of a float64 loss depend on the CPU's float kernels (the order of BLAS's
@@ -274,7 +277,7 @@ def pair_differences(r: dict, pick) -> str:
 
 
 def show_accuracy(args):
-    common.header(2, "§9.3", "Lecture 5's test set: accuracy by sentence kind")
+    common.header(2, __doc__)
     seeds, steps = accuracy_seeds(args), steps_of(args)
     r = accuracy(seeds, steps)
     test = reviews.test_set()
@@ -427,8 +430,7 @@ def places_decided(result: dict) -> bool:
 
 
 def show_attention(args):
-    common.header(3, "§9.3",
-                  f"What the model with positions attends to in \"{reviews.NOTES_SENTENCE}\"")
+    common.header(3, __doc__, f'"{reviews.NOTES_SENTENCE}"')
     seeds, steps = common.seeds_of(args), steps_of(args)
     s = attention_over_seeds(seeds, steps)
     r = s["per_seed"][0]

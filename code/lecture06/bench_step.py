@@ -1,5 +1,7 @@
 """Benchmark: one training step of the same DecoderLM in tensor.py and PyTorch (torch_ref), float64.
 
+Part 1 · §9 One training step: tensor.py against PyTorch (float64)
+
 A step is forward + backward + Adam update, dropout on (p = 0.1), the loss the mean next-token
 cross-entropy. Each size runs a warmup, then the median of several repeats is reported, with the
 ratio tensor.py / PyTorch (target: within 2x): wall-clock time, and the process's CPU time, which
@@ -156,7 +158,7 @@ def bench(size, warmup: int = 2, repeats: int = 7) -> dict:
 def show_bench(args):
     sizes = SIZES[:1] if args.quick else SIZES
     warmup, repeats = (1, 3) if args.quick else (1, 5)
-    common.header(1, "§9", "One training step: tensor.py against PyTorch (float64)")
+    common.header(1, __doc__)
     common.table([(
         *size,
         f"{transformer.DecoderLM(size[5], size[2], size[3], size[1], size[4]).num_parameters():,}",

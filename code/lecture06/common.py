@@ -5,10 +5,14 @@ A script defines each part as a function that RETURNS its numbers (tests import 
 to the command line:
 
     def soft_lookup(scales=(1, 4, 16, 64)) -> dict: ...          # numbers only
-    def show_soft_lookup(args): r = soft_lookup(); header(...); table(...)
+    def show_soft_lookup(args): header(1, __doc__); r = soft_lookup(); table(...)
     PARTS = {1: show_soft_lookup, 2: ...}
     if __name__ == "__main__":
         common.main(__doc__, PARTS)
+
+The module docstring lists the parts, one line each, as their headers print them
+("Part 1 · §2.1 Attention as a soft lookup"; a long one continues on indented lines): `header`
+prints that line, and `--help` lists them, answered here on import, before numpy and torch load.
 
 Conventions: each part prints a header naming its section of the notes, then tables and prose
 (`note`; `kernel_note` and `timing` for the marked lines below). A line that reports wall-clock
@@ -26,6 +30,7 @@ import importlib.util
 import inspect
 import math
 import os
+import re
 import signal
 import statistics
 import sys
@@ -34,24 +39,143 @@ from contextlib import contextmanager
 
 import paths
 
+DEFAULT_SEED = 0
 _MISSING = [name for name in ("numpy", "torch", "matplotlib", "tabulate")
             if importlib.util.find_spec(name) is None]
+_ADVICE = (f"This Python ({sys.executable}) lacks {', '.join(_MISSING)}. Run `make all` (it builds "
+           ".venv from requirements.txt) or run the script with .venv/bin/python.")
+
+
+def _part_entries(doc: str | None) -> dict:
+    """{number: [its lines]}: a docstring's lines "Part N · §S Title", each with the indented lines
+    that continue it."""
+    entries, number = {}, None
+    for line in (doc or "").splitlines():
+        start = re.match(r"Part (\d+) · \S", line)
+        if start:
+            number = int(start[1])
+            entries[number] = [line]
+        elif number is not None and line.startswith(" ") and line.strip():
+            entries[number].append(line)
+        else:
+            number = None
+    return entries
+
+
+def part_lines(doc: str | None) -> dict:
+    """{number: header line}, as `header` prints it, from the script's docstring."""
+    return {number: " ".join(line.strip() for line in lines)
+            for number, lines in _part_entries(doc).items()}
+
+
+def declared_seeds(doc: str | None) -> int | None:
+    """The default of --seeds as the docstring states it ("--seeds seeds (default 5)"), or None:
+    the script measures no claim over seeds."""
+    stated = re.search(r"--seeds seeds \(default (\d+)\)", " ".join((doc or "").split()))
+    return int(stated[1]) if stated else None
+
+
+def _seed(text: str) -> int:
+    if not text.isdigit() or int(text) >= 2 ** 32:  # numpy's range
+        raise argparse.ArgumentTypeError(f"{text!r} is not a seed; pass a whole number from 0 to "
+                                         f"{2 ** 32 - 1}, e.g. --seed 1")
+    return int(text)
+
+
+def _count(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seeds; pass how many seeds "
+                                         "each claim is counted over, 1 or more, e.g. --seeds 3")
+    return int(text)
+
+
+def _figures_dir(text: str) -> str:
+    """A folder we can write figures into (made if missing): checked now, not after seconds of
+    training."""
+    path = os.path.abspath(text) if text else ""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path; to draw no figures, use --no-figures")
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise argparse.ArgumentTypeError(f"{text} is a file, not a folder")
+    existing = path
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"cannot write in {existing}; choose another folder or "
+                                         "--no-figures")
+    return path
+
+
+def _parser(doc: str | None, part_numbers, seeds: int | None) -> argparse.ArgumentParser:
+    """The command line; its description is the docstring's first line and its parts' lines."""
+    first_line = (doc or "").strip().splitlines()[:1]
+    entries = [line for lines in _part_entries(doc).values() for line in lines]
+    description = "\n".join(first_line + ([""] if entries else []) + entries)
+    parser = argparse.ArgumentParser(description=description,
+                                     epilog=_ADVICE if _MISSING else None,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seed", type=_seed, default=DEFAULT_SEED,
+                        help=f"random seed (default {DEFAULT_SEED})")
+    if seeds is not None:
+        parser.add_argument("--seeds", type=_count, metavar="N",
+                            help="how many seeds (--seed, --seed + 1, ...) each training claim is "
+                                 f"measured over (default {seeds}; 1 with --quick)")
+    parser.add_argument("--part", type=int, choices=sorted(part_numbers),
+                        help="run only this part (default: all)")
+    parser.add_argument("--quick", action="store_true",
+                        help="smaller sizes" + (" and one seed" if seeds is not None else "") + ", "
+                             "for a fast check (tests use it). Draws no figures unless --figures "
+                             "is given, so the committed full-size ones stay")
+    parser.add_argument("--figures", metavar="DIR", type=_figures_dir,
+                        help="where to write figures (default: figures/ at the repository root)")
+    parser.add_argument("--no-figures", action="store_true", help="draw no figures")
+    return parser
+
+
+def _parse(parser: argparse.ArgumentParser, argv) -> argparse.Namespace:
+    """The arguments, or one line saying what was wrong and what to pass (argparse's exit 2)."""
+    args = parser.parse_args(argv)
+    if args.no_figures and args.figures is not None:
+        parser.error("--figures DIR writes figures and --no-figures draws none: pass one of them")
+    last = 2 ** 32 - 1   # numpy's largest seed
+    if getattr(args, "seeds", None) is not None and args.seed + args.seeds - 1 > last:
+        parser.error(f"--seed {args.seed} --seeds {args.seeds} would run past the largest seed, "
+                     f"{last}: pass a smaller --seed or fewer --seeds")
+    return args
+
+
+def _answer_the_command_line_now():
+    """Run as a numbered script, answer its --help and refuse bad arguments now, from its docstring
+    (bound before the script's `import common`): before numpy and torch load (2 s). main parses the
+    same command line again, with the script's PARTS, and a test holds the two to the same text."""
+    script = sys.modules.get("__main__")
+    path, doc = getattr(script, "__file__", None), getattr(script, "__doc__", None)
+    if path and sys.argv[:1] and os.path.abspath(sys.argv[0]) == os.path.abspath(path):
+        # Ctrl-C while numpy and torch load (seconds): one line, not the import's traceback (an
+        # ignored SIGINT, as a shell gives a background job, stays ignored)
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, _interrupted)
+        if part_lines(doc):
+            _parse(_parser(doc, part_lines(doc), declared_seeds(doc)), sys.argv[1:])
+
+
+def _interrupted(*_):
+    """How a script ends at Ctrl-C: one line, exit status 128 + SIGINT, as a shell reports it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # a second Ctrl-C does not interrupt the ending
+    sys.stderr.write("\ninterrupted (Ctrl-C)\n")
+    sys.stderr.flush()
+    os._exit(128 + signal.SIGINT)   # from inside any import: nothing to flush or end yet
+
+
+_answer_the_command_line_now()
 if _MISSING:  # say so now, not in a traceback after half the output
-    _advice = (f"This Python ({sys.executable}) lacks {', '.join(_MISSING)}. Run `make all` (it "
-               "builds .venv from requirements.txt) or run the script with .venv/bin/python.")
-    _script = sys.modules.get("__main__")
-    if {"-h", "--help"} & set(sys.argv[1:]) and getattr(_script, "__doc__", None):
-        # its description and usage line: help, not an error
-        print(_script.__doc__.strip() + "\n\n" + _advice)
-        sys.exit(0)
-    sys.exit(_advice)
+    sys.exit(_ADVICE)
 
 import numpy as np  # noqa: E402  (the imports follow the check above)
 from tabulate import tabulate  # noqa: E402
 
 import runner  # noqa: E402
 
-DEFAULT_SEED = 0
 TIMER = "⏱"     # a wall-clock time: differs from run to run
 # digits that depend on the CPU's floating-point kernels (float32 training, which of many
 # rounding-level differences is the largest): they may differ on your CPU, the effect does not
@@ -72,9 +196,19 @@ def seed_everything(seed: int, uses_torch: bool = True):
         torch.manual_seed(seed)
 
 
-def header(part: int, section: str, title: str):
-    print(f"\nPart {part} · {section} {title}")
-    print("─" * (len(section) + len(title) + 10))
+def header(part: int, doc: str, *shown: str):
+    """Print the part's header line as the script's docstring words it ("Part 1 · §2.1 Attention as
+    a soft lookup"), the line `--help` lists. shown: how the line names the sizes the part uses
+    ("d = 512"); a line that no longer says them is an error, not a stale title."""
+    line = part_lines(doc).get(part)
+    if line is None:
+        raise ValueError(f"the docstring has no line 'Part {part} · §section title' for part "
+                         f"{part}")
+    stale = [text for text in shown if text not in line]
+    if stale:
+        raise ValueError(f"part {part} uses {', '.join(stale)}; its docstring line says {line!r}")
+    print(f"\n{line}")
+    print("─" * len(line))
 
 
 def table(rows, headers=(), floatfmt="g", kernel_dependent: bool = False, **kwargs):
@@ -229,61 +363,12 @@ def save_figure(fig, name: str, figures_dir: str | None):
     return path
 
 
-def _seed(text: str) -> int:
-    try:
-        seed = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if not 0 <= seed < 2 ** 32:  # numpy's range
-        raise argparse.ArgumentTypeError(f"{seed} is outside 0 .. {2 ** 32 - 1}")
-    return seed
-
-
-def _figures_dir(text: str) -> str:
-    """A folder we can write figures into (made if missing): checked now, not after seconds of
-    training."""
-    path = os.path.abspath(text) if text else ""
-    if not text:
-        raise argparse.ArgumentTypeError("an empty path; to draw no figures, use --no-figures")
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise argparse.ArgumentTypeError(f"{text} is a file, not a folder")
-    existing = path
-    while not os.path.exists(existing):
-        existing = os.path.dirname(existing)
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise argparse.ArgumentTypeError(f"cannot write in {existing}; choose another folder or "
-                                         "--no-figures")
-    return path
-
-
 def parse_args(doc: str, part_numbers, argv=None, seeds: int | None = None):
     """The command line. seeds: the default of --seeds, for a script that measures a training claim
     over seeds; None: the script has no such claim, and no --seeds option."""
-    first_line = (doc or "").strip().splitlines()[0] if doc else ""
-    parser = argparse.ArgumentParser(description=first_line,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seed", type=_seed, default=DEFAULT_SEED,
-                        help=f"random seed (default {DEFAULT_SEED})")
-    if seeds is not None:
-        parser.add_argument("--seeds", type=int, metavar="N",
-                            help="how many seeds (--seed, --seed + 1, ...) each training claim is "
-                                 f"measured over (default {seeds}; 1 with --quick)")
-    parser.add_argument("--part", type=int, choices=sorted(part_numbers),
-                        help="run only this part (default: all)")
-    parser.add_argument("--quick", action="store_true",
-                        help="smaller sizes" + (" and one seed" if seeds is not None else "") + ", "
-                             "for a fast check (tests use it). Draws no figures unless --figures "
-                             "is given, so the committed full-size ones stay")
-    parser.add_argument("--figures", metavar="DIR", type=_figures_dir,
-                        help="where to write figures (default: figures/ at the repository root)")
-    parser.add_argument("--no-figures", action="store_true", help="draw no figures")
-    args = parser.parse_args(argv)
-    if seeds is not None:
-        if args.seeds is None:
-            args.seeds = 1 if args.quick else seeds
-        if args.seeds < 1 or args.seed + args.seeds > 2 ** 32:
-            parser.error(f"argument --seeds: {args.seeds} seeds from --seed {args.seed} do not fit "
-                         f"numpy's seeds 0 .. {2 ** 32 - 1}; give 1 or more, ending below 2**32")
+    args = _parse(_parser(doc, part_numbers, seeds), argv)
+    if seeds is not None and args.seeds is None:
+        args.seeds = 1 if args.quick else seeds
     if args.no_figures or (args.quick and args.figures is None):
         args.figures = None
     elif args.figures is None:
@@ -308,15 +393,20 @@ def main(doc: str, parts: dict, argv=None, uses_torch: bool = True, seeds: int |
     (runner.py). Only faster: without it every line printed is the same; a run it names that no
     part asks for is named on stderr when the parts are done.
     """
-    args = parse_args(doc, parts.keys(), argv, seeds)
     if argv is not None:   # called from Python (a test): errors propagate as they are
+        args = parse_args(doc, parts.keys(), argv, seeds)
         _run_parts(doc, parts, args, uses_torch, train_ahead or {})
         return args
     try:
+        if signal.getsignal(signal.SIGINT) is _interrupted:
+            # from here a Ctrl-C is a KeyboardInterrupt, caught below once the workers are ended
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        args = parse_args(doc, parts.keys(), argv, seeds)
         _run_parts(doc, parts, args, uses_torch, train_ahead or {})
         # here, where a reader that went away is caught, not at the interpreter's exit
         sys.stdout.flush()
     except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)   # a second Ctrl-C does not interrupt this
         runner.shutdown()
         sys.stderr.write("\ninterrupted (Ctrl-C)\n")
         sys.exit(128 + signal.SIGINT)

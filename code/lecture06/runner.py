@@ -105,9 +105,16 @@ def _open_pool(size: int) -> ProcessPoolExecutor:
     if method == "forkserver":   # the server imports these once; every worker is forked from it
         main = ["__main__"] if getattr(sys.modules.get("__main__"), "__file__", None) else []
         context.set_forkserver_preload(main + [m for m in ("numpy", "torch") if m in sys.modules])
-    # a worker ignores Ctrl-C: it is for the parent, which ends the workers
-    return ProcessPoolExecutor(size, mp_context=context, initializer=signal.signal,
-                               initargs=(signal.SIGINT, signal.SIG_IGN))
+    return ProcessPoolExecutor(size, mp_context=context, initializer=_ignore_ctrl_c)
+
+
+def _ignore_ctrl_c():
+    """A worker ignores Ctrl-C: it is for the parent, which ends the workers. Held back until
+    now (_submit forks with SIGINT blocked): one landing between fork and here printed the worker's
+    own traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def _submit(fn, runs: list, workers: int | None):
@@ -115,10 +122,17 @@ def _submit(fn, runs: list, workers: int | None):
     global _pool
     workers = workers_from_environment() if workers is None else workers
     target = fn.__module__, getattr(sys.modules[fn.__module__], "__file__", None), fn.__qualname__
-    for run in runs if workers > 1 else []:
-        if _key(fn, run) not in _results:
-            _pool = _pool or _open_pool(workers)
-            _results[_key(fn, run)] = _pool.submit(_compute, *target, run)
+    blocked = hasattr(signal, "pthread_sigmask") and workers > 1
+    if blocked:   # a Ctrl-C meanwhile waits, and reaches this process once its workers ignore it
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        for run in runs if workers > 1 else []:
+            if _key(fn, run) not in _results:
+                _pool = _pool or _open_pool(workers)
+                _results[_key(fn, run)] = _pool.submit(_compute, *target, run)
+    finally:
+        if blocked:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def start(fn, runs: list, workers: int | None = None):
