@@ -35,8 +35,9 @@ CITY_WIDTH = dict(n_embd=64, n_head=4)
 # Each norm as tensor.py builds it (transformer.py, llama.py) and as its torch twin
 NORMS = {"LayerNorm": (transformer.LayerNorm, torch_ref.LayerNorm),
          "RMSNorm": (llama.RMSNorm, llama_ref.RMSNorm)}
-# Dispatched ops that launch no kernel: autograd's bookkeeping and stride changes
-NOT_KERNELS = {"detach", "view", "expand", "_unsafe_view", "alias", "t"}
+# Dispatched ops that are not the norm's kernels: autograd's bookkeeping, stride changes, and the
+# ones_like that seeds a backward from a sum
+NOT_KERNELS = {"detach", "view", "expand", "_unsafe_view", "alias", "t", "ones_like"}
 
 
 def reduction_kind(reduced_shape: tuple, full_shape: tuple) -> str | None:
@@ -114,9 +115,10 @@ def torch_norm_reductions(norm: str, n_rows: int, dim: int, seed: int = 0) -> di
     module = NORMS[norm][1](dim)
     with KernelLog() as forward:
         y = module(x)
-    gradient = torch.ones_like(y)
+    # from a sum, whose backward only expands: torch's backward(gradient) imports sympy (3 s)
+    total = y.sum()
     with KernelLog() as backward:
-        y.backward(gradient)
+        total.backward()
     return dict(forward=kernel_reductions(forward.ops), backward=kernel_reductions(backward.ops))
 
 
@@ -383,7 +385,8 @@ def draw_rope_relative(r: dict, figures_dir):
         ax.set_xlabel("m − n")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("score, every pair (m, n)")
-    fig.suptitle("RoPE's score depends on m − n only: every pair of one offset scores the same")
+    fig.suptitle("RoPE's score depends on m − n only: every pair of one offset scores the same",
+                 y=1.03)
     common.save_figure(fig, "08_rope_relative", figures_dir)
 
 
@@ -424,7 +427,7 @@ def measured_kv_cache(n_kv_heads: int, n_layers: int, batch_size: int, prompt_le
 
 def llama_kv_caches(configs: dict, batch_size: int, length: int, itemsize: int = 2) -> list:
     """The formula at published sizes, with the model's KV heads and with every head its own."""
-    return [dict(c, name=name,
+    return [dict(c, name=name, batch_size=batch_size, length=length, itemsize=itemsize,
                  gqa=llama.kv_cache_formula(c["n_layers"], batch_size, length, c["n_kv_heads"],
                                             c["head_dim"], itemsize),
                  mha=llama.kv_cache_formula(c["n_layers"], batch_size, length, c["n_head"],
@@ -484,10 +487,11 @@ def draw_kv_cache(runs: list, big: list, n_head: int, figures_dir):
     published.bar(where - 0.2, [r["mha"] / 2 ** 30 for r in big], 0.4, label="every head's K, V")
     published.bar(where + 0.2, [r["gqa"] / 2 ** 30 for r in big], 0.4, label="the model's KV heads")
     published.set_xticks(where, names)
-    published.set_ylabel("GiB at B = 1, T = 4096, float16")
+    published.set_ylabel(f"GiB at B = {big[0]['batch_size']}, T = {big[0]['length']}, "
+                         f"{big[0]['itemsize']} bytes a number")
     published.set_title("published sizes")
     published.legend()
-    fig.suptitle("GQA's KV cache: bytes shrink by query heads / KV heads")
+    fig.suptitle("GQA's KV cache: bytes shrink by query heads / KV heads", y=1.03)
     common.save_figure(fig, "08_kv_cache", figures_dir)
 
 
