@@ -108,3 +108,8 @@ def test_gqa_shrinks_llama_s_float16_caches_by_heads_over_kv_heads(m):
         "LLaMA-2-7B": (2 * 2 ** 30, 2 * 2 ** 30), "LLaMA-2-70B": (1.25 * 2 ** 30, 10 * 2 ** 30),
         "LLaMA-3-8B": (2 ** 29, 2 * 2 ** 30)}
     assert all(r["mha"] * r["n_kv_heads"] == r["gqa"] * r["n_head"] for r in rows.values())
+
+
+def test_an_unknown_norm_is_refused_naming_the_choices(m):
+    with pytest.raises(ValueError, match="norm must be one of 'LayerNorm', 'RMSNorm'"):
+        m.tensor_norm_reductions("BatchNorm", n_rows=2, dim=4)

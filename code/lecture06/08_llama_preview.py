@@ -40,6 +40,11 @@ NORMS = {"LayerNorm": (transformer.LayerNorm, torch_ref.LayerNorm),
 NOT_KERNELS = {"detach", "view", "expand", "_unsafe_view", "alias", "t", "ones_like"}
 
 
+def norm_modules(norm: str) -> tuple:
+    llama.check_choice("08 part 1", "norm", norm, tuple(NORMS))
+    return NORMS[norm]
+
+
 def reduction_kind(reduced_shape: tuple, full_shape: tuple) -> str | None:
     """"row" where a (..., 1) result sums (..., d) rows, "rows" where a smaller result sums over
     the rows (a parameter's gradient), None where nothing is summed."""
@@ -56,7 +61,7 @@ def tensor_norm_reductions(norm: str, n_rows: int, dim: int, seed: int = 0) -> d
     (count_traffic) and the reductions among them, read from the graph: a primitive that broadcast
     an input of fewer elements sums the gradient back to it (tensor.py's _unbroadcast)."""
     x = Tensor(np.random.default_rng(seed).standard_normal((1, n_rows, dim)), requires_grad=True)
-    module = NORMS[norm][0](dim)
+    module = norm_modules(norm)[0](dim)
     with tensor.count_ops() as forward:
         y = module(x)
     backward = {"row": 0, "rows": 0}
@@ -112,7 +117,7 @@ def torch_norm_reductions(norm: str, n_rows: int, dim: int, seed: int = 0) -> di
     """The torch twin's kernels forward and backward, seen by a dispatch-mode counter."""
     generator = torch.Generator().manual_seed(seed)
     x = torch.randn(1, n_rows, dim, dtype=torch.float64, generator=generator, requires_grad=True)
-    module = NORMS[norm][1](dim)
+    module = norm_modules(norm)[1](dim)
     with KernelLog() as forward:
         y = module(x)
     # from a sum, whose backward only expands: torch's backward(gradient) imports sympy (3 s)
@@ -157,15 +162,18 @@ def show_norm_reductions(args):
     for norm, r in twins.items():
         for direction in ("forward", "backward"):
             k = r[direction]
-            common.note(f"  {norm:9} {direction:8} {len(k['kernels']):2} kernels, row reductions "
-                        f"{k['row']}, sums over rows {k['rows']}: {' '.join(k['kernels'])}")
+            count = len(k["kernels"])
+            common.note(f"  {norm:9} {direction:8} {count:2} kernel{'s' * (count != 1)}, row "
+                        f"reductions {k['row']}, sums over rows {k['rows']}: "
+                        f"{' '.join(k['kernels'])}")
     common.note("torch's LayerNorm is one fused kernel each way: forward, its two row statistics "
                 "(mean, 1/σ) come out of native_layer_norm; backward, native_layer_norm_backward "
                 "sums each row inside, where no counter sees it (tensor.py's graph shows the two)")
-    least = {norm: ours[norm]["forward_row"] + ours[norm]["backward_row"] for norm in NORMS}
-    common.note(f"a row needs {least['LayerNorm']} reductions under LayerNorm (forward and "
-                f"backward), {least['RMSNorm']} under RMSNorm: one fewer each way (notes: "
-                "'RMSNorm 少一次归约')")
+    layer, rms = ours["LayerNorm"], ours["RMSNorm"]
+    common.note(f"a row is reduced {layer['forward_row']} times forward and "
+                f"{layer['backward_row']} backward under LayerNorm, {rms['forward_row']} and "
+                f"{rms['backward_row']} under RMSNorm (notes: 'RMSNorm 少一次归约', one reduction "
+                "fewer)")
     show_norm_times(args, n_rows=32 * 16, dim=dim)
 
 
