@@ -23,7 +23,7 @@ def test_a_result_smaller_than_its_input_is_a_row_or_a_sum_over_rows(m, reduced,
     assert m.reduction_kind(reduced, full) == kind
 
 
-def test_rmsnorm_reduces_a_row_once_each_way_where_layernorm_reduces_it_twice(m):
+def test_rmsnorm_reduces_a_row_once_each_way_where_layernorm_reduces_it_twice(m):  # S14-a
     layer, rms = (m.tensor_norm_reductions(norm, n_rows=6, dim=16) for norm in m.NORMS)
     assert (layer["forward_row"], layer["backward_row"], layer["backward_rows"]) == (2, 2, 2)
     assert (rms["forward_row"], rms["backward_row"], rms["backward_rows"]) == (1, 1, 1)
@@ -81,6 +81,13 @@ def test_rope_s_score_depends_on_m_minus_n_only_to_rounding_an_added_table_s_doe
     assert len(r["spreads"]["rope"]) == 2 * 24 - 3      # offsets -(S-2) .. S-2
 
 
+def test_the_table_rope_does_not_need_is_3_mib_at_gpt_2_small_in_float32(m):       # S14-b
+    tables = {t["name"]: t for t in m.position_table_bytes(m.POSITION_TABLES)}
+    assert (tables["GPT-2 small"]["float32"], tables["GPT-2 small"]["float16"]) == (3 * 2 ** 20,
+                                                                                  3 * 2 ** 19)
+    assert tables["LLaMA-3-8B"]["float16"] == 8192 * 4096 * 2
+
+
 def test_turned_vectors_are_llama_s_rope_at_each_position(m):
     vector = np.arange(8.0)
     rows = m.turned(vector, 5)
@@ -102,7 +109,7 @@ def test_the_kv_cache_s_bytes_measured_equal_2_l_b_t_n_kv_dh_itemsize_exactly(m,
     assert r["measured"] == r["formula"] == 2 * 2 * 2 * 5 * n_kv_heads * 16 * 8
 
 
-def test_gqa_shrinks_llama_s_float16_caches_by_heads_over_kv_heads(m):
+def test_gqa_shrinks_llama_s_float16_caches_by_heads_over_kv_heads(m):          # S14-c
     rows = {r["name"]: r for r in m.llama_kv_caches(m.KV_CONFIGS, batch_size=1, length=4096)}
     assert {name: (r["gqa"], r["mha"]) for name, r in rows.items()} == {
         "LLaMA-2-7B": (2 * 2 ** 30, 2 * 2 ** 30), "LLaMA-2-70B": (1.25 * 2 ** 30, 10 * 2 ** 30),

@@ -285,6 +285,12 @@ POSITION_TABLES = {"GPT-2 small": (1024, 768), "LLaMA-7B": (2048, 4096),
                    "LLaMA-2-70B": (4096, 8192), "LLaMA-3-8B": (8192, 4096)}
 
 
+def position_table_bytes(tables: dict) -> list[dict]:
+    """The bytes of each learned position table, (n_positions, d), in float32 and float16."""
+    return [dict(name=name, n_positions=n_positions, n_embd=d, float32=n_positions * d * 4,
+                 float16=n_positions * d * 2) for name, (n_positions, d) in tables.items()]
+
+
 def turned(vector: np.ndarray, n_positions: int, layout: str = "rotate_half") -> np.ndarray:
     """(n_positions, Dh): the one vector turned by RoPE at each position 0, ..., n_positions - 1."""
     # (Dh,) -> (1, S, 1, Dh): the vector at every position, one head
@@ -358,10 +364,11 @@ def show_rope_relative(args):
                 "rounding; the added table's on m and n each")
     draw_rope_relative(r, args.figures)
     print()
-    common.note("the position table RoPE does not need: a learned one is n_positions × d numbers")
-    common.table([[name, f"{n_positions:,} × {d:,}", f"{n_positions * d * 4:,}",
-                   f"{n_positions * d * 2:,}", f"{n_positions * d * 4 / 2 ** 20:.1f} MiB"]
-                  for name, (n_positions, d) in POSITION_TABLES.items()],
+    common.note("the position table RoPE does not need: a learned one holds n_positions × d "
+                "numbers (GPT-2's own; at LLaMA's context lengths and widths, what one would hold)")
+    common.table([[t["name"], f"{t['n_positions']:,} × {t['n_embd']:,}", f"{t['float32']:,}",
+                   f"{t['float16']:,}", f"{t['float32'] / 2 ** 20:.1f} MiB"]
+                  for t in position_table_bytes(POSITION_TABLES)],
                  headers=["model", "n_positions × d", "bytes, float32", "bytes, float16",
                           "float32"], disable_numparse=True)
     common.note("RoPE stores no table: each position's cos and sin come from Dh/2 frequencies "
