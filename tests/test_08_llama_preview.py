@@ -109,6 +109,12 @@ def test_the_kv_cache_s_bytes_measured_equal_2_l_b_t_n_kv_dh_itemsize_exactly(m,
     assert r["measured"] == r["formula"] == 2 * 2 * 2 * 5 * n_kv_heads * 16 * 8
 
 
+def test_the_kv_cache_with_8_heads_shrinks_8_fold_at_one_kv_head(m):
+    full, shared = (m.measured_kv_cache(k, n_layers=1, batch_size=1, prompt_len=2, new_tokens=1,
+                                        n_embd=32, n_head=8)["measured"] for k in (8, 1))
+    assert full == 8 * shared == 2 * 1 * 1 * 3 * 8 * 4 * 8
+
+
 def test_gqa_shrinks_llama_s_float16_caches_by_heads_over_kv_heads(m):          # S14-c
     rows = {r["name"]: r for r in m.llama_kv_caches(m.KV_CONFIGS, batch_size=1, length=4096)}
     assert {name: (r["gqa"], r["mha"]) for name, r in rows.items()} == {

@@ -419,11 +419,13 @@ KV_CONFIGS = {"LLaMA-2-7B": dict(n_layers=32, n_head=32, n_kv_heads=32, head_dim
 
 
 def measured_kv_cache(n_kv_heads: int, n_layers: int, batch_size: int, prompt_len: int,
-                      new_tokens: int, seed: int = 0) -> dict:
-    """Greedy decoding with a KV cache in a city-sized llama.DecoderLM (RoPE, n_kv_heads KV
-    heads): the bytes its cache holds, measured from the arrays, and by the formula."""
+                      new_tokens: int, n_embd: int = CITY_WIDTH["n_embd"],
+                      n_head: int = CITY_WIDTH["n_head"], seed: int = 0) -> dict:
+    """Greedy decoding with a KV cache in a llama.DecoderLM over the city vocabulary (RoPE,
+    n_kv_heads KV heads): the bytes its cache holds, measured from the arrays, and by the formula
+    at tensor.py's itemsize."""
     transformer.set_seed(seed)
-    model = llama.DecoderLM(city_lab.V, **CITY_WIDTH, n_positions=city_lab.SEQ_LEN,
+    model = llama.DecoderLM(city_lab.V, n_embd, n_head, n_positions=city_lab.SEQ_LEN,
                             n_layers=n_layers, positions="rope", n_kv_heads=n_kv_heads).eval()
     length = prompt_len + new_tokens
     tokens = np.random.default_rng(seed).integers(0, city_lab.V, (batch_size, prompt_len))
@@ -433,11 +435,10 @@ def measured_kv_cache(n_kv_heads: int, n_layers: int, batch_size: int, prompt_le
         while cache[0].length < length:
             # (B, S, V) -> (B, 1): the last position's likeliest token
             logits = model(logits.numpy()[:, -1].argmax(-1)[:, None], cache=cache)
-    head_dim = CITY_WIDTH["n_embd"] // CITY_WIDTH["n_head"]
     return dict(n_kv_heads=n_kv_heads, length=cache[0].length,
                 measured=llama.kv_cache_bytes(cache),
-                formula=llama.kv_cache_formula(n_layers, batch_size, length, n_kv_heads, head_dim,
-                                               itemsize=8))
+                formula=llama.kv_cache_formula(n_layers, batch_size, length, n_kv_heads,
+                                               n_embd // n_head, np.dtype(tensor.DTYPE).itemsize))
 
 
 def llama_kv_caches(configs: dict, batch_size: int, length: int, itemsize: int = 2) -> list:
@@ -454,7 +455,7 @@ def show_kv_cache(args):
     n_layers, batch_size, prompt_len, new_tokens = 2, 2, 3, 4 if args.quick else 8
     n_head = CITY_WIDTH["n_head"]
     kv_heads = [k for k in range(n_head, 0, -1) if n_head % k == 0]
-    runs = [measured_kv_cache(k, n_layers, batch_size, prompt_len, new_tokens, args.seed)
+    runs = [measured_kv_cache(k, n_layers, batch_size, prompt_len, new_tokens, seed=args.seed)
             for k in kv_heads]
     full = runs[0]["measured"]
     common.note(f"the city model (d = {CITY_WIDTH['n_embd']}, {n_head} heads, Dh = "
