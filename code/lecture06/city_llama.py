@@ -114,7 +114,7 @@ def pooled_kv_heads(model, settings: dict, n_kv_heads: int):
 
 
 def run(model: dict, training: dict, long_lengths=(), long_count: int = N_TEST, convert_to=(),
-        uptrain_steps: int = 0, uptrain_lr: float = 3e-4) -> dict:
+        uptrain_steps: int = 0, uptrain_lr: float = 3e-3) -> dict:
     """Train build_model(**model) by city_train.train(**training) and score it: see the module's
     docstring. The uptraining after a conversion: uptrain_steps at uptrain_lr decaying linearly to
     0, on batches the base run never saw."""
