@@ -8,7 +8,7 @@ TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 VENV   := .venv
 PY     := $(VENV)/bin/python
 TIMED  := figures/timed
-SCRIPTS := $(sort $(wildcard code/lecture06/0[1-7]_*.py))
+SCRIPTS := $(sort $(wildcard code/lecture06/0[1-8]_*.py))
 
 .PHONY: all test seeds check figures bench golden venv clean help
 

@@ -1,7 +1,8 @@
 """Run the numbered scripts and compare what they print.
 
-`python tests/outputs.py --update` (what `make golden` runs) rewrites tests/golden/NN.txt from a
-fresh quick run of every script; nobody edits those files by hand.
+`python tests/outputs.py --update [NN ...]` (what `make golden` runs, for every script) rewrites
+tests/golden/NN.txt from a fresh quick run of each script named (all when none); nobody edits those
+files by hand.
 `python tests/outputs.py --full [NN ...]` (what `make check` runs) runs each script in full, as
 `make all` does, and compares it with the committed figures/NN_output.txt the same way (but that a
 run may add ⚙ to a line it prints with the same text: see differing_lines); it exits 1 if any line
@@ -28,7 +29,7 @@ import tempfile
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 GOLDEN = os.path.join(ROOT, "tests", "golden")
-SCRIPTS = sorted(glob.glob(os.path.join(ROOT, "code", "lecture06", "0[1-7]_*.py")))
+SCRIPTS = sorted(glob.glob(os.path.join(ROOT, "code", "lecture06", "0[1-8]_*.py")))
 PRELOADED = os.path.join(ROOT, "tests", "preloaded.py")
 TIMER, KERNELS = "⏱", "⚙"
 TIMEOUT = 300   # seconds for one quick run
@@ -151,9 +152,19 @@ def golden_path(path: str) -> str:
     return os.path.join(GOLDEN, f"{script_id(path)}.txt")
 
 
-def update():
+def chosen_scripts(ids: list[str]) -> list[str]:
+    """The scripts named by id ("04"; all when none); exits naming the scripts if an id is
+    unknown."""
+    unknown = sorted(set(ids) - {script_id(path) for path in SCRIPTS})
+    if unknown:
+        sys.exit(f"no script numbered {', '.join(unknown)}; the scripts are "
+                 f"{' '.join(script_id(path) for path in SCRIPTS)}")
+    return [path for path in SCRIPTS if not ids or script_id(path) in ids]
+
+
+def update(ids: list[str]):
     os.makedirs(GOLDEN, exist_ok=True)
-    for path in SCRIPTS:
+    for path in chosen_scripts(ids):
         with open(golden_path(path), "w") as f:
             f.write(normalise(run_quick(path)))
         print(f"wrote {os.path.relpath(golden_path(path), ROOT)}")
@@ -211,11 +222,7 @@ def differing_lines(expected: str, printed: str) -> list[str]:
 def check_full(ids: list[str]) -> int:
     """Run the scripts named by id ("04"; all when none) in full and compare every unmarked line
     with the committed figures/NN_output.txt. Returns the number of scripts that differ."""
-    chosen = [path for path in SCRIPTS if not ids or script_id(path) in ids]
-    unknown = sorted(set(ids) - {script_id(path) for path in SCRIPTS})
-    if unknown:
-        sys.exit(f"no script numbered {', '.join(unknown)}; the scripts are "
-                 f"{' '.join(script_id(path) for path in SCRIPTS)}")
+    chosen = chosen_scripts(ids)
     failed = 0
     for path in chosen:
         with open(committed_output_path(path), encoding="utf-8") as f:
@@ -234,12 +241,12 @@ def check_full(ids: list[str]) -> int:
     return failed
 
 
-USAGE = ("usage: python tests/outputs.py --update          (rewrites tests/golden/, quick runs)\n"
+USAGE = ("usage: python tests/outputs.py --update [NN ...] (rewrites tests/golden/, quick runs)\n"
          "       python tests/outputs.py --full [NN ...]  (full runs vs figures/NN_output.txt)")
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--update"]:
-        update()
+    if sys.argv[1:2] == ["--update"]:
+        update(sys.argv[2:])
     elif sys.argv[1:2] == ["--full"]:
         sys.exit(1 if check_full(sys.argv[2:]) else 0)
     else:
