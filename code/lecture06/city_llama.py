@@ -67,7 +67,9 @@ def build_model(n_layers: int = 1, n_embd: int = 64, n_head: int = 4, norm: str 
 
 
 def parameter_count(settings: dict) -> int:
-    with torch.device("meta"):   # shapes only: nothing drawn, nothing allocated
+    # torch's generator left as it was (a meta-device build would draw nothing, but its first
+    # use costs 3 s of CPU)
+    with torch.random.fork_rng(devices=[]):
         model = llama_ref.DecoderLM(V, settings["n_embd"], settings["n_head"], SEQ_LEN,
                                     **{k: v for k, v in settings.items()
                                        if k not in ("n_embd", "n_head", "seed", "init",
@@ -92,7 +94,10 @@ def ladder(n_layers: int, n_embd: int, n_head: int, n_kv_heads: int) -> list[tup
 def long_windows(seq_len: int, n_windows: int = N_TEST):
     """n_windows fresh windows of seq_len targets with their exact probabilities (a CityBatch):
     the bound is exact at any length, since city_lab knows p(next token | every token before)."""
-    return sample(n_windows, np.random.default_rng([TEST_SEED, LONG_STREAM, seq_len]), seq_len)
+    windows = sample(n_windows, np.random.default_rng([TEST_SEED, LONG_STREAM, seq_len]), seq_len)
+    for array in (windows.x, windows.y, windows.p_y):   # cached: shared by every caller
+        array.flags.writeable = False
+    return windows
 
 
 def pooled_kv_heads(model, settings: dict, n_kv_heads: int):
