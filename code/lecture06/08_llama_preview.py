@@ -563,8 +563,9 @@ def setup_line(args) -> str:
     first = trained_runs(args)["GPT"][0]
     size, training = first["model"], first["training"]
     seeds = common.seeds_of(args)
-    return (f"{size['n_layers']} layer, d = {size['n_embd']}, {size['n_head']} heads; Adam, "
-            f"{training['steps']} steps of {training['batch_size']} windows × {SEQ_LEN}, lr "
+    layers = size["n_layers"]
+    return (f"{layers} layer{'s' * (layers > 1)}, d = {size['n_embd']}, {size['n_head']} heads; "
+            f"Adam, {training['steps']} steps of {training['batch_size']} windows × {SEQ_LEN}, lr "
             f"{training['lr']:g} decaying linearly to 0;\nseed{'s' * (len(seeds) > 1)} "
             f"{seeds[0]}{f'..{seeds[-1]}' if len(seeds) > 1 else ''} (a seed draws the weights "
             "and the batches)")
