@@ -38,7 +38,8 @@ from torch.optim.adam import adam
 import city_stack
 import runner
 import torch_ref
-from city_lab import SEQ_LEN, V, test_excess_mnats, test_set, training_batches
+from city_lab import (SEQ_LEN, V, CityBatch, excess_mnats, test_excess_mnats, test_set,
+                      training_batches)
 
 INITS = ("xavier", "gpt2", "default")
 SCHEDULES = ("constant", "linear", "cosine")
@@ -59,13 +60,19 @@ def build_model(n_layers: int = 6, n_embd: int = 64, n_head: int = 4, pre_ln: bo
     embedding_std: the token and position embeddings' N(0, std²) instead of the init's (04 part 3
            asks what the small 0.02 does to the first layer's gradient).
     """
-    if init not in INITS:
-        raise ValueError(f"init must be one of {INITS}, got {init!r}")
     if n_embd % n_head:
         raise ValueError(f"n_embd ({n_embd}) must be a multiple of n_head ({n_head})")
     torch.manual_seed(seed)
     model = torch_ref.DecoderLM(V, n_embd, n_head, n_positions=SEQ_LEN, n_layers=n_layers,
                                 p_dropout=0.0, pre_ln=pre_ln).float()
+    return initialise(model, init, embedding_std)
+
+
+def initialise(model, init: str = "xavier", embedding_std: float | None = None):
+    """Draw `model`'s Linear weights and embeddings in place by `init` (see build_model), from
+    torch's global generator; city_llama.py's LLaMA-style models are drawn by the same rule."""
+    if init not in INITS:
+        raise ValueError(f"init must be one of {INITS}, got {init!r}")
     if init != "default" or embedding_std is not None:
         with torch.no_grad():
             for module in model.modules():
@@ -128,18 +135,21 @@ def _test_inputs():
     return torch.tensor(test_set().x)  # a writable copy: torch warns on read-only numpy arrays
 
 
-def evaluate(model) -> float:
+def evaluate(model, batch: CityBatch | None = None) -> float:
     """The model's test excess in mnat/token (eval mode, no gradients; the model's mode is
-    restored)."""
+    restored); given a batch (windows of another length, say), its excess on that batch."""
     was_training = model.training
     model.eval()
+    inputs = _test_inputs() if batch is None else torch.tensor(batch.x)
     with torch.no_grad(), threads.torch_threads(1):
-        # (N_TEST, SEQ_LEN, V)
-        log_probs = torch.log_softmax(model(_test_inputs()).double(), dim=-1)
+        # (B, S, V)
+        log_probs = torch.log_softmax(model(inputs).double(), dim=-1)
     model.train(was_training)
     if not torch.isfinite(log_probs).all():
         return math.inf  # the weights have overflowed: no finite excess to report
-    return test_excess_mnats(log_probs.numpy())
+    if batch is None:
+        return test_excess_mnats(log_probs.numpy())
+    return excess_mnats(log_probs.numpy(), batch)
 
 
 def average_state_dicts(state_dicts: list) -> dict:

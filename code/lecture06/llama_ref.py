@@ -69,7 +69,8 @@ def apply_rope(x, layout: str, base: float = 10000.0):
     angles = torch.outer(positions, rope_frequencies(x.shape[-1], base))     # (S, Dh/2)
     if layout == "rotate_half":
         doubled = torch.cat((angles, angles), dim=-1)                        # (S, Dh)
-        return x * doubled.cos() + rotate_half(x) * doubled.sin()
+        # angles in float64, rotations in x's dtype: a float32 model (city training) stays float32
+        return x * doubled.cos().to(x.dtype) + rotate_half(x) * doubled.sin().to(x.dtype)
     turns = torch.polar(torch.ones_like(angles), angles)                    # (S, Dh/2) e^{iθ}
     # (B, h, S, Dh) -> (B, h, S, Dh/2, 2) -> complex (B, h, S, Dh/2): pair (2i, 2i+1) = a + ib
     pairs = torch.view_as_complex(x.reshape(*x.shape[:-1], -1, 2).contiguous())
