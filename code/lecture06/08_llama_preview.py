@@ -1,14 +1,17 @@
 """Script 08 · §14's preview: from the notes' GPT to a LLaMA-style decoder, one change at a time.
 
+Part 1 · §14 RMSNorm against LayerNorm: the reductions a row needs
+Part 2 · §14 SwiGLU against GELU at equal parameters
+Part 3 · §14 RoPE: relative by construction, no table, length extrapolation
+Part 4 · §14 Grouped-query attention: the KV cache, and converting a trained model
+Part 5 · §14 The ladder: GPT -> +RMSNorm -> +SwiGLU -> +RoPE -> +GQA
+
 Beyond the notes' seven scripts: §14 promises that lecture 7 turns the small GPT into LLaMA's
 structure item by item (Pre-RMSNorm, SwiGLU, RoPE, GQA). Each part measures one change with
-llama.py's modules (tensor.py primitives; llama_ref.py is the float64 torch twin):
-part 1 RMSNorm's reductions against LayerNorm's, part 2 SwiGLU's hidden size at equal parameters,
-part 3 RoPE (the score depends only on m − n; the table it does not need; length extrapolation),
-part 4 GQA (the KV cache's bytes; a multi-head model converted by mean-pooling), part 5 the ladder
-from GPT to LLaMA-style trained on the city language, each step's effect counted over seeds.
+llama.py's modules (tensor.py primitives; llama_ref.py is the float64 torch twin). Parts 3-5 train
+city-language models (city_llama.py) at --seeds seeds (default 5) and count each claim over them.
 
-    python code/lecture06/08_llama_preview.py [--part N] [--seed S] [--quick] [--no-figures]
+    python code/lecture06/08_llama_preview.py [--part N] [--seed S] [--seeds N] [--quick]
 """
 from __future__ import annotations
 
@@ -149,7 +152,7 @@ def norm_times(n_rows: int, dim: int, repeats: int, budget: float, seed: int = 0
 
 
 def show_norm_reductions(args):
-    common.header(1, "§14", "RMSNorm against LayerNorm: the reductions a row needs")
+    common.header(1, __doc__)
     n_rows, dim = 6, CITY_WIDTH["n_embd"]
     ours = {norm: tensor_norm_reductions(norm, n_rows, dim, args.seed) for norm in NORMS}
     common.note(f"tensor.py, {n_rows} rows of d = {dim}: primitives by count_ops (forward) and "
@@ -235,7 +238,7 @@ def counted_ffn_flops(n_embd: int, hidden: int, seq_len: int, seed: int = 0) -> 
 
 
 def show_swiglu_sizes(args):
-    common.header(2, "§14", "SwiGLU against GELU at equal parameters")
+    common.header(2, __doc__)
     rows = swiglu_sizes(FFN_CONFIGS)
     common.note("hidden size h = 2/3 · 4d, × ffn_dim_multiplier if set, rounded up to a multiple "
                 "(LLaMA's model.py); parameters of the FFN's matrices (no biases)")
@@ -277,7 +280,7 @@ def print_ffn_flops(rows: list, seed: int):
 
 # ---- Part 3 · §14, RoPE -------------------------------------------------------------------------
 def show_rope(args):
-    common.header(3, "§14", "RoPE: relative by construction, no table, length extrapolation")
+    common.header(3, __doc__)
     show_rope_relative(args)
     show_extrapolation(args)
 
@@ -410,7 +413,7 @@ def draw_rope_relative(r: dict, figures_dir):
 
 # ---- Part 4 · §14, GQA --------------------------------------------------------------------------
 def show_gqa(args):
-    common.header(4, "§14", "Grouped-query attention: the KV cache, and converting a trained model")
+    common.header(4, __doc__)
     show_kv_cache(args)
     show_gqa_conversion(args)
 
@@ -658,7 +661,7 @@ def show_gqa_conversion(args):
 
 
 def show_ladder(args):
-    common.header(5, "§14", "The ladder: GPT -> +RMSNorm -> +SwiGLU -> +RoPE -> +GQA")
+    common.header(5, __doc__)
     plan = trained_runs(args)
     runs = trained(args, city_llama.RUNGS)
     common.note(f"Each rung adds one change to the one above it.\n{setup_line(args)}.\n"
@@ -702,6 +705,9 @@ def draw_ladder(excess: dict, seeds: list, figures_dir):
 
 PARTS = {1: show_norm_reductions, 2: show_swiglu_sizes, 3: show_rope, 4: show_gqa, 5: show_ladder}
 
+SEEDS = 5   # the default of --seeds: how many seeds a training claim is counted over
+
 if __name__ == "__main__":
-    common.main(__doc__, PARTS, seeds=5, train_ahead={3: ahead("+SwiGLU", "sinusoidal", "+RoPE"),
-                                                      5: ahead(*city_llama.RUNGS)})
+    common.main(__doc__, PARTS, seeds=SEEDS,
+                train_ahead={3: ahead("+SwiGLU", "sinusoidal", "+RoPE"),
+                             5: ahead(*city_llama.RUNGS)})
