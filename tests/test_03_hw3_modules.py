@@ -1,6 +1,8 @@
 """Script 03: every claim of notes §3.2, §7.2, §8.4, §9.1-9.2 it serves (and exercise 3), from its
 part functions."""
 import argparse
+import contextlib
+import io
 import math
 from collections import Counter
 
@@ -228,9 +230,17 @@ def test_encoder_decoder_generation_encodes_once_one_pass_per_token_and_stops_at
     assert g["beam_same_tokens"] and g["beam_score_diff"] <= 1e-12
 
 
-def test_part6_prints_the_generation_and_the_parity_models_size(capsys):
-    s03.show_encoder_decoder(argparse.Namespace(quick=True, seed=0, figures=None))
-    out = capsys.readouterr().out
+@pytest.fixture(scope="module")
+def part6_printed() -> str:
+    """Part 6's quick output, printed once for the tests that read it (~3 s a run)."""
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        s03.show_encoder_decoder(argparse.Namespace(quick=True, seed=0, figures=None))
+    return printed.getvalue()
+
+
+def test_part6_prints_the_generation_and_the_parity_models_size(part6_printed):
+    out = part6_printed
     assert ("Against PyTorch's own torch.nn.Transformer at a small size, d = 16, h = 4, "
             "2 + 2 layers, V = 11" in out)
     assert "differ by ≤ 1e-13: float64 rounding." in out and "MORE" not in out
@@ -254,11 +264,10 @@ def test_part6_prints_the_generation_and_the_parity_models_size(capsys):
     assert "max |Δ logits| ≤ 1e-12, the same tokens." in out
 
 
-def test_part6_prints_the_torch_nn_models_counts_on_unmarked_rows(capsys):
+def test_part6_prints_the_torch_nn_models_counts_on_unmarked_rows(part6_printed):
     """d = 16 (d_ff = 4d), 2 + 2 layers, V = 11, one shared table, sinusoidal positions: the
     parameters by the paper's formula, Pre-LN's two final norms 4d more; tensors likewise."""
-    s03.show_encoder_decoder(argparse.Namespace(quick=True, seed=0, figures=None))
-    lines = capsys.readouterr().out.splitlines()
+    lines = part6_printed.splitlines()
     d, d_ff, L, V = 16, 64, 2, 11
     post = V * d + L * (4 * d * d + 2 * d * d_ff + 9 * d + d_ff) + L * (
         8 * d * d + 2 * d * d_ff + 15 * d + d_ff)

@@ -7,8 +7,10 @@ type, MKL's compatible code path, numpy's own loops without AVX-512):
   mismatch the test reruns the script on this machine's own kernels to say which of the two failed;
 - another seed moves the numbers of a part that draws random numbers (one cheap part per script, in
   process).
-Each script runs once. All run on one xdist worker (the module is one xdist_group), each forked from
-one process that imported numpy and torch on those kernels once (outputs.run_quick_preloaded). That
+Each script runs once, forked from a process that imported numpy and torch on those kernels once
+(outputs.run_quick_preloaded, one per xdist worker). Each script's tests are an xdist group of their
+own: its run is a subprocess with nothing to share with another script's, and one group for all
+(~80 s: 04's and 05's runs take ~24 s each) was make test's longest pole. That
 ⚙ lines repeat bit for bit on one machine is tested where they are made (test_city_train,
 test_07_sentiment).
 """
@@ -75,7 +77,13 @@ def run(path: str) -> str:
     return _runs[path]
 
 
-@pytest.fixture(params=[pytest.param(p, id=script_id(p)) for p in SCRIPTS])
+def own_group(script_id_: str):
+    """The xdist group of one script's tests here (its run is cached in the worker's _runs)."""
+    return pytest.mark.xdist_group(f"test_outputs {script_id_}")
+
+
+@pytest.fixture(params=[pytest.param(p, id=script_id(p), marks=own_group(script_id(p)))
+                        for p in SCRIPTS])
 def script_path(request):
     return request.param
 
@@ -103,7 +111,8 @@ def test_deterministic_results_print(script_path):
         assert prints_number(value, output), f"{value} should print"
 
 
-@pytest.mark.parametrize("script_id_", sorted(OTHER_SEED_PART))
+@pytest.mark.parametrize("script_id_", [pytest.param(n, marks=own_group(n))
+                                        for n in sorted(OTHER_SEED_PART)])
 def test_other_seed_moves_random_numbers_only(script_id_, capsys):
     path = next(p for p in SCRIPTS if script_id(p) == script_id_)
     m, part = load_script(os.path.basename(path)), OTHER_SEED_PART[script_id_]
