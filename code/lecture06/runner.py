@@ -1,18 +1,17 @@
 """The engine room: the one module that knows about processes, glibc's allocator and the gc.
 
-`runner.map(fn, runs)` is `[fn(**run) for run in runs]`, only sooner. A run's arguments are plain
-data (what JSON writes; anything else is refused by name) and its key: results are kept per
-process, so a run asked for twice is computed once. `runner.start(fn, runs)` submits runs now,
-futures that a later map collects (common.main's train_ahead). Workers: a concurrent.futures pool
-of LECTURE06_WORKERS processes (default one per core; 1: every run in this process, in map, for a
-debugger). A run computes on one thread (threads.py): the same bits wherever it ran. Workers ignore
-Ctrl-C; their parent ends them (shutdown).
+`runner.map(fn, runs)` is `[fn(**run) for run in runs]`, only sooner. A run's arguments (plain data,
+what JSON writes) are its key: a run asked for twice is computed once; `runner.start(fn, runs)`
+submits runs that a later map collects (common.main's train_ahead). Workers: a concurrent.futures
+pool of LECTURE06_WORKERS processes (default one per core; 1: every run here, in map, for a
+debugger), each run on one thread (threads.py), the same bits wherever it ran; they ignore Ctrl-C.
 """
 from __future__ import annotations
 
 import atexit
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 import ctypes
+import functools
 import gc
 import importlib.util
 import json
@@ -27,8 +26,9 @@ from tqdm import tqdm
 tqdm.monitor_interval = 0   # no monitor thread: a process that runs one thread can fork its workers
 
 _results = {}    # key -> a Future (in a worker, or done) or the result computed here
-_ahead = {}      # key -> description: started by `start`, not yet asked for by a map
+_ahead = {}      # the keys of runs started by `start`, not yet asked for by a map, in order
 _pool = None
+_mask = getattr(signal, "pthread_sigmask", lambda how, signals: None)   # Windows has no masks
 progress_label = ""   # what the progress bar calls the wait ("part 4"); common.main sets it
 
 
@@ -52,9 +52,8 @@ def workers_from_environment() -> int:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     text = os.environ.get("LECTURE06_WORKERS", str(cores or 1))
     if not text.isdigit() or int(text) < 1:
-        raise SystemExit(f"LECTURE06_WORKERS={text!r}: it must be a whole number of processes, at "
-                         "least 1 (1: every run in this process, one after another); unset it for "
-                         f"one per core ({cores} here)")
+        raise SystemExit(f"LECTURE06_WORKERS={text!r}: pass a whole number of processes, at least "
+                         f"1 (1: every run here, in turn) or unset it: one per core ({cores} here)")
     return int(text)
 
 
@@ -67,9 +66,8 @@ def _key(fn, run: dict) -> tuple:
         except (TypeError, ValueError) as error:
             raise TypeError(f"runner: {fn.__qualname__}(..., {name}={value!r:.80}): {error}, so "
                             "its result cannot be kept under its arguments. Pass plain data: "
-                            "numbers, strings, bools, None, and lists or dicts of them (int(n) "
-                            "for a numpy integer, the settings that build an object rather than "
-                            "the object)") from None
+                            "numbers, strings, bools, None, lists or dicts of them (int(n) for a "
+                            "numpy integer, an object's settings, not the object)") from None
     return fn.__module__, fn.__qualname__, json.dumps(run, sort_keys=True)
 
 
@@ -80,10 +78,7 @@ def _compute(module_name: str, path: str | None, qualname: str, run: dict):
         spec = importlib.util.spec_from_file_location(module_name, path)
         sys.modules[module_name] = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(sys.modules[module_name])
-    fn = sys.modules[module_name]
-    for name in qualname.split("."):
-        fn = getattr(fn, name)
-    return fn(**run)
+    return functools.reduce(getattr, qualname.split("."), sys.modules[module_name])(**run)
 
 
 def _one_thread() -> bool:
@@ -105,16 +100,9 @@ def _open_pool(size: int) -> ProcessPoolExecutor:
     if method == "forkserver":   # the server imports these once; every worker is forked from it
         main = ["__main__"] if getattr(sys.modules.get("__main__"), "__file__", None) else []
         context.set_forkserver_preload(main + [m for m in ("numpy", "torch") if m in sys.modules])
-    return ProcessPoolExecutor(size, mp_context=context, initializer=_ignore_ctrl_c)
-
-
-def _ignore_ctrl_c():
-    """A worker ignores Ctrl-C: it is for the parent, which ends the workers. Held back until
-    now (_submit forks with SIGINT blocked): one landing between fork and here printed the worker's
-    own traceback."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if hasattr(signal, "pthread_sigmask"):
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    # a worker ignores Ctrl-C: it is for the parent, which ends the workers
+    return ProcessPoolExecutor(size, mp_context=context, initializer=signal.signal,
+                               initargs=(signal.SIGINT, signal.SIG_IGN))
 
 
 def _submit(fn, runs: list, workers: int | None):
@@ -122,25 +110,22 @@ def _submit(fn, runs: list, workers: int | None):
     global _pool
     workers = workers_from_environment() if workers is None else workers
     target = fn.__module__, getattr(sys.modules[fn.__module__], "__file__", None), fn.__qualname__
-    blocked = hasattr(signal, "pthread_sigmask") and workers > 1
-    if blocked:   # a Ctrl-C meanwhile waits, and reaches this process once its workers ignore it
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    # workers fork with Ctrl-C blocked (it waits for this process): one landing in a worker before
+    # it ignores Ctrl-C printed the worker's own traceback
+    _mask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         for run in runs if workers > 1 else []:
             if _key(fn, run) not in _results:
                 _pool = _pool or _open_pool(workers)
                 _results[_key(fn, run)] = _pool.submit(_compute, *target, run)
     finally:
-        if blocked:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        _mask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def start(fn, runs: list, workers: int | None = None):
     """Begin computing fn(**run) for the runs not known yet, in `workers` processes (default:
     LECTURE06_WORKERS); with one, nothing starts (map computes them). A later map collects them."""
-    for run in runs:
-        arguments = ', '.join(f'{k}={v!r}' for k, v in run.items())
-        _ahead[_key(fn, run)] = f"{fn.__qualname__}({arguments})"
+    _ahead.update(dict.fromkeys(_key(fn, run) for run in runs))
     _submit(fn, runs, workers)
 
 
@@ -149,14 +134,13 @@ def map(fn, runs: list, workers: int | None = None, sizes: list | None = None) -
     each (a stack of 5 seeds is 5) for the progress bar, on a terminal only (never in a capture)."""
     runs = list(runs)
     keys = [_key(fn, run) for run in runs]
-    for key in keys:
-        _ahead.pop(key, None)
     _submit(fn, runs, workers)
     left = dict(zip(keys, sizes or [1] * len(keys)))   # each distinct run once
     with tqdm(total=sum(left.values()), desc=progress_label, unit=" runs", file=sys.stderr,
               disable=not sys.stderr.isatty(), delay=0.5, miniters=0, leave=False) as bar:
         futures = {}
         for key, run in zip(keys, runs):
+            _ahead.pop(key, None)
             if key not in _results:   # one worker: computed here, in order
                 _results[key] = fn(**run)
             if isinstance(_results[key], Future):
@@ -185,10 +169,12 @@ def forget():
 def report_runs_never_asked_for():
     """One line on stderr naming the runs `start` began that no `map` asked for (a train_ahead that
     drifted from its part: the same output, only without the overlap); then the workers end."""
-    if _ahead:
-        sys.stderr.write(f"runner: {len(_ahead)} run{'s' * (len(_ahead) > 1)} started ahead but "
-                         "never asked for (train_ahead differs from what its part passes to "
-                         f"runner.map): {'; '.join(_ahead.values())}\n")
+    runs = [f"{name}({', '.join(f'{k}={v!r}' for k, v in json.loads(run).items())})"
+            for _, name, run in _ahead]
+    if runs:
+        sys.stderr.write(f"runner: {len(runs)} run{'s' * (len(runs) > 1)} started ahead but never "
+                         "asked for (train_ahead differs from what its part passes to runner.map): "
+                         f"{'; '.join(runs)}\n")
     _ahead.clear()
     shutdown()
 
