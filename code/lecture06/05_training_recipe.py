@@ -8,19 +8,13 @@ Part 4 · §7.5 Adam's first step: update ≈ lr · sign(g), lr = 1e-3, β = (0.
 Part 5 · §7.6 Checkpoint averaging at a constant lr of 0.003
 Part 6 · §7.1, exercise 11 Training is parallel, generation is serial
 
-Serves notes §7.1 (teacher forcing, part 1), §7.3 (label smoothing and its exact cost on the city
-language, part 2), §7.5 (the learning-rate formula, part 3; Adam's first step, part 4) and §7.6
-(checkpoint averaging on the city language, part 5), and exercises 7-9. Part 1 runs transformer.py
-(lecture 5's tensor.py); parts 2 and 4 check PyTorch's conventions; part 5 trains PyTorch twins with
-city_train.py's harness: --seeds seeds (default 5) × a constant and a decaying lr, 400 steps each,
-each run scoring its checkpoints and their averages as it trains.
-
-Part 6 (§7.1's other half, exercise 11) counts the forward passes of training (one) and of
-generation (one per token), the positions computed with and without transformer.py's KV cache (n
-against n(n+1)/2), and scores what a city-language model writes, greedy, by beam search and
-sampled, against the language's exact distribution, over the first 3 seeds. Its models are part
-5's constant-lr runs (`constant_lr_models`: the ones part 5 trained, or trained by part 6 when it
-runs alone), copied into transformer.py's DecoderLM; it decodes in this process.
+Also exercises 7-9 and 11. Part 1 runs transformer.py (lecture 5's tensor.py); parts 2 and 4 check
+PyTorch's conventions; part 5 trains PyTorch twins with city_train.py's harness: --seeds seeds
+(default 5) × a constant and a decaying lr, 400 steps each, each run scoring its checkpoints and
+their averages as it trains. Part 6 counts the forward passes of training (one) and of generation
+(one per token), the positions computed with and without the KV cache (n against n(n+1)/2), and
+scores what a city-language model writes, greedy, by beam search and sampled, against the language's
+exact distribution, over the first 3 seeds, with part 5's constant-lr runs (constant_lr_models).
 
     python code/lecture06/05_training_recipe.py [--part N] [--seed S] [--seeds N] [--quick]
 """
