@@ -167,9 +167,34 @@ def test_part3_words_pre_ln_by_the_numbers_its_table_prints(capsys, monkeypatch)
     assert printed == pytest.approx([min(kept), max(kept), min(first), max(first), rows[deep][0],
                                      rows[deep][-1]], abs=0.006)
     shrinking = [layer for layer, k in zip(table["layers"], kept) if k < m.SHRINKS_BELOW]
-    assert ("none shrinks with depth" in text) == (not shrinking)
+    assert (f"at L = {deep} none gets below {m.SHRINKS_BELOW}×" in text) == (not shrinking)
+    # the least over every depth, not only the deepest
+    least = min((rows[L][i] / rows[min(d for d in rows if d >= layer)][i], layer, L)
+                for i, layer in enumerate(table["layers"]) for L in rows
+                if min(d for d in rows if d >= layer) < L)
+    printed_least = re.search(
+        r"over every L the least is ([0-9.]+)× \(layer (\d+) at L = (\d+)\)", text).groups()
+    assert float(printed_least[0]) == pytest.approx(least[0], abs=0.006)
+    assert (int(printed_least[1]), int(printed_least[2])) == least[1:]
     falls = all(np.all(np.diff(row) < 0) for row in rows.values())
     assert ("Along each row it falls" in text) == falls
+
+
+def test_part3_says_how_much_post_ln_layer_l_gets_in_the_deepest_model(capsys, monkeypatch):
+    """The notes: deeper Post-LN gets a larger gradient near the output. Part 3 prints the ratio,
+    deepest over shallowest, and words it by the table's numbers."""
+    original = m.layer_grad_norms
+    monkeypatch.setattr(m, "layer_grad_norms",
+                        lambda **kwargs: original(**dict(kwargs, depths=(2, 4, 8), seeds=(0,))))
+    m.show_layer_grad_norms(argparse.Namespace(seed=0, quick=True, figures=None))
+    out = capsys.readouterr().out
+    r = original(depths=(2, 4, 8), seeds=(0,))
+    post_last = [r["norms"]["Post-LN", L][-1] for L in (2, 4, 8)]
+    ratio = post_last[-1] / post_last[0]
+    assert f"Post-LN's gets {ratio:.2f}× ({post_last[0]:.2f} → {post_last[-1]:.2f}), " in out
+    assert ratio > 1 and "larger with depth" in out
+    every = all(value > post_last[0] for value in post_last[1:])
+    assert ("(above L = 2's at every L)" in out) == every
 
 
 def test_pre_ln_has_a_final_layernorm():                                    # S5.4-h
@@ -233,17 +258,21 @@ FAILED_OVER_TRAINED = 5.0
 def test_post_ln_without_warmup_ends_several_times_above_pre_ln_at_most_seeds(failed, full):
     """The check for S5.4-e: Post-LN's test excess without warmup against Pre-LN's at the same lr
     and seed (Post-LN's after 75 steps at the unigram level, where it stays; Pre-LN's after 400).
-    Measured over seeds 0-9 (stacked runs, AMD EPYC, AVX2): 5.3-19.0x, above 10x at only 5 of 10
-    seeds (Pre-LN ends at 150-536, Post-LN at 2836-2856; the 10 seeds of an Intel AVX-512 CPU put
-    Pre-LN at 128-519, again 5 of 10), so the "> 10x" of the check does not hold here and is not
-    asserted. Above 5x: 10 of 10 on both CPUs (5.3x the closest); at a true rate of 0.9 the chance
-    that 10 seeds count 5 or fewer is 0.16%, so "at least 6 of 10" is safe."""
-    post = {run["seed"]: run["final"] for run in failed["runs"]}
-    pre = {run["seed"]: run["final"] for run in full["runs"] if run["placement"] == "Pre-LN"}
-    assert sorted(post) == sorted(pre) == list(CONTESTED_SEEDS)
-    margins = [post[seed] - FAILED_OVER_TRAINED * pre[seed] for seed in CONTESTED_SEEDS]
-    assert common.holds(margins) >= 6
-    assert common.verdict(common.holds(margins), 10) in ("holds", "mostly")
+    Measured over seeds 0-9 (stacked runs of 2026-12-02, AMD EPYC Zen 3; `-rP` shows the line
+    this test prints): 5.2-20.7x, above 10x at only 5 of 10 seeds (the engine before: 5.3-19.0x,
+    and the 10 seeds of an Intel AVX-512 CPU, again 5 of 10), so the "> 10x" of the check does not
+    hold here and is not asserted. Above 5x: 10 of 10 on both CPUs (5.2x the closest); at a true
+    rate of 0.9 the chance that 10 seeds count 5 or fewer is 0.16%, so "at least 6 of 10" is
+    safe."""
+    ratios = m.failed_over_trained(failed, full)
+    assert sorted(ratios) == list(CONTESTED_SEEDS)
+    above = sum(ratio > FAILED_OVER_TRAINED for ratio in ratios.values())
+    assert above >= 6 and common.verdict(above, 10) in ("holds", "mostly")
+    # what DIFFERENCES.md quotes (pytest -rP shows it)
+    print(f"Post-LN without warmup / Pre-LN, final test excess at the same seed, seeds 0-9: "
+          f"{min(ratios.values()):.1f}-{max(ratios.values()):.1f}x; above "
+          f"{FAILED_OVER_TRAINED:g}x at {above} of 10, above 10x at "
+          f"{sum(ratio > 10 for ratio in ratios.values())} of 10")
 
 
 # S5.4-d
@@ -290,10 +319,28 @@ def test_the_ending_sentence_is_worded_by_the_count_of_seeds_where_each_ends_low
     post, pre = (finals[config] for config in m.CONTESTED)
     post_lower = sum(post[s] < pre[s] for s in CONTESTED_SEEDS)
     text = m.ending_text(full)
+    print(text)   # what README.md and DIFFERENCES.md quote (pytest -rP shows it)
     assert f"median test excess {np.median(list(post.values())):.0f} (warmed-up Post-LN)" in text
     lower = max(post_lower, 10 - post_lower)
-    assert f"ends lower at {lower} of 10 seeds" in text
+    assert f"ends lower at {lower} of 10 seeds, {common.verdict(lower, 10)}:" in text
     assert ("neither ends clearly better" in text) == (lower < 8)
+
+
+@pytest.mark.parametrize("post_lower, words", [
+    (3, "warmed-up Post-LN ends lower at 3 of 5 seeds, mostly:\nneither ends clearly better"),
+    (4, "warmed-up Post-LN ends lower at 4 of 5 seeds, holds:\nwarmed-up Post-LN ends better"),
+    (1, "Pre-LN without warmup ends lower at 4 of 5 seeds, holds:\nPre-LN without warmup ends "
+        "better")])
+def test_the_ending_sentence_carries_the_verdict_of_its_count(post_lower, words):
+    """On hand-made finals: the count of seeds where each placement ends lower, with the rule's
+    word (common.verdict), and the sentence that word allows."""
+    def run(config, seed, final):
+        return dict(placement=config[0], lr=config[1], warmup=config[2], seed=seed, final=final)
+    post, pre = m.CONTESTED
+    runs = ([run(post, seed, 200.0 if seed < post_lower else 300.0) for seed in range(5)]
+            + [run(pre, seed, 250.0) for seed in range(5)])
+    text = m.ending_text({"configs": list(m.CONTESTED), "runs": runs})
+    assert words in text
 
 
 def test_worst_climb_and_window_means_on_a_known_curve():
@@ -404,6 +451,29 @@ def test_part1_states_the_residual_streams_growth_that_its_table_shows(capsys):
     assert (f"grows ×{growth:.2f} per layer" in out
             and f"doubling every {np.log(2) / np.log(growth):.1f} layers" in out)
     assert 1.1 < growth < 1.5
+
+
+def test_the_over_seeds_table_says_did_not_train_where_no_run_trained():
+    r = {"baselines": {"unigram": 2824.0}}
+    failed = [dict(final=2843.0, climb=0.0), dict(final=2850.0, climb=0.0)]
+    trained = [dict(final=267.0, climb=0.12), dict(final=300.0, climb=0.04)]
+    assert m._climbs_text(failed, r) == "did not train"
+    assert m._climbs_text(trained, r) == "8% (4 to 12%)"
+    assert m._climbs_text(trained + failed[:1], r) == "8% (4 to 12%), 1 did not train"
+
+
+def test_the_setup_names_the_rows_that_ran_each_number_of_seeds_and_steps():
+    def runs(config, seeds, steps):
+        return [dict(placement=config[0], lr=config[1], warmup=config[2], seed=seed, steps=steps)
+                for seed in seeds]
+    full = {"configs": list(m.CONFIGS),
+            "runs": [run for config in m.SETTLED for run in runs(config, range(3), 75)]
+            + [run for config in m.CONTESTED for run in runs(config, range(5), 400)]}
+    assert m._runs_text(full) == ("3 seeds × 75 steps for rows 1-3 of the tables below, "
+                                  "5 seeds × 400 steps for rows 4-5")
+    quick = {"configs": list(m.CONTESTED),
+             "runs": [run for config in m.CONTESTED for run in runs(config, [0], 100)]}
+    assert m._runs_text(quick) == "each configuration at 1 seed × 100 steps"
 
 
 def test_a_run_that_never_left_the_unigram_level_has_no_climb():

@@ -311,6 +311,41 @@ def test_averaging_cancels_the_jitter_of_a_constant_lr(averaging):
                                                         averaging["checkpoints"][1:]))
 
 
+def hand_made_part5(jitters, averaging_vs_last, decaying_vs_last) -> dict:
+    """What print_jitter and gain_ratio_text read of checkpoint_averaging, made by hand: a jitter
+    (None: not scored) and the two models' excess minus the last checkpoint's, per seed."""
+    seeds = list(range(len(jitters)))
+    return dict(seeds=seeds, n_checkpoints=8, jitter=jitters[0],
+                runs=[dict(seed=seed, jitter=j) for seed, j in zip(seeds, jitters)],
+                rows=[dict(name="average", k=5, vs_last=averaging_vs_last),
+                      dict(name="decayed", k=None, vs_last=decaying_vs_last)])
+
+
+def test_the_gain_ratio_is_printed_where_both_gain_and_in_words_where_one_loses():
+    r = hand_made_part5([None] * 3, [-14.0, -3.0, -24.0], [-10.0, 20.0, -12.0])
+    assert m.gain_ratio_text(r) == (
+        "Averaging the last 5 gains 1.4× to 2.0× what decaying the lr gains over the last "
+        "checkpoint, at the 2 of 3 seeds where both gain; at seed 1 averaging gains 3 and decaying "
+        "loses 20 mnat/token.")
+
+
+def test_the_jitter_conclusion_counts_the_seeds_scored_every_10_steps(capsys):
+    """Worded by the count of the seeds that scored their last 10 checkpoints (the first, in the
+    script), never by seed 0 alone as if general."""
+    jitter = dict(steps=list(range(310, 401, 10)), excess=[94, 90, 98, 83, 81, 104, 85, 80, 82, 78],
+                  mean_change=9.2, trend=-1.7, rises=3, averaged=64.0, below_lowest=14.0)
+    flat = dict(jitter, mean_change=2.0, below_lowest=-1.0)
+    r = hand_made_part5([jitter, None], [-14.0, -3.0], [-10.0, -5.0])
+    m.print_jitter(r)
+    out = capsys.readouterr().out
+    assert "(seed 0 alone scored every 10 steps): 1 of 1 seed, holds" in out
+    assert "At a constant lr (seed 0) the weights keep being pulled around" in out
+    m.print_jitter(hand_made_part5([jitter, flat, flat], [-1.0] * 3, [-1.0] * 3))
+    out = capsys.readouterr().out
+    assert "(seeds 0, 1, 2 alone scored every 10 steps): 1 of 3 seeds, does not hold here" in out
+    assert "no jitter is shown cancelled" in out
+
+
 def test_figures_are_written(tmp_path, averaging, cost):
     recipe_figures.draw_smoothing_cost(cost, str(tmp_path))
     recipe_figures.draw_lr_schedule(m.lr_schedule(), str(tmp_path))

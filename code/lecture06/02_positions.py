@@ -101,11 +101,20 @@ def rotation(d: int = D_MODEL, ks=(1, 5, 10, 100), t_rotate: int = 512, t_dot: i
         R[0::2, 0::2], R[1::2, 0::2] = np.diag(c), np.diag(s)
         R[0::2, 1::2], R[1::2, 1::2] = np.diag(-s), np.diag(c)
         rotated = pe[:t_rotate] @ R                                        # (T, d)
-        # PE(t)·PE(t+k), t < t_dot
-        dots = (pe[:t_dot] * pe[k:k + t_dot]).sum(axis=1)
-        rows.append({"k": k, "rotation_error": float(np.abs(rotated - pe[k:k + t_rotate]).max()),
+        # max over each row, t < t_rotate
+        errors = np.abs(rotated - pe[k:k + t_rotate]).max(axis=1)
+        # PE(t)·PE(t+k), t < t_rotate; the table's mean and std over t < t_dot
+        all_dots = (pe[:t_rotate] * pe[k:k + t_rotate]).sum(axis=1)
+        dots, sum_cos = all_dots[:t_dot], float(np.cos(omega * k).sum())
+        dot_errors = np.abs(all_dots - sum_cos)
+        rows.append({"k": k, "rotation_error": float(errors.max()),
                      "dot_mean": float(dots.mean()), "dot_std": float(dots.std()),
-                     "sum_cos": float(np.cos(omega * k).sum())})
+                     "sum_cos": sum_cos,
+                     # the first t_dot positions against the last t_dot below t_rotate
+                     "rotation_error_early": float(errors[:t_dot].max()),
+                     "rotation_error_late": float(errors[-t_dot:].max()),
+                     "dot_error_early": float(dot_errors[:t_dot].max()),
+                     "dot_error_late": float(dot_errors[-t_dot:].max())})
     return {"d": d, "t_rotate": t_rotate, "t_dot": t_dot, "rows": rows}
 
 
@@ -140,6 +149,14 @@ def show_rotation(args):
     common.note("R_k depends on k only: one fixed linear map takes any position t to t + k.\nBoth "
                 "errors are rounding, and grow with t: float64 holds an angle t·ω to half its "
                 "spacing, at most 2⁻⁵³·t.")
+    largest = {key: max(row[key] for row in r["rows"])
+               for key in ("rotation_error_early", "rotation_error_late", "dot_error_early",
+                           "dot_error_late")}
+    t_dot, t_rotate = r["t_dot"], r["t_rotate"]
+    common.kernel_note(f"Largest at t < {t_dot} against {t_rotate - t_dot} ≤ t < {t_rotate} "
+                       f"(any k): |PE(t)R_k − PE(t+k)| {largest['rotation_error_early']:.1e} "
+                       f"against {largest['rotation_error_late']:.1e}, |PE(t)·PE(t+k) − Σ cos| "
+                       f"{largest['dot_error_early']:.1e} against {largest['dot_error_late']:.1e}.")
     if args.figures:  # the curves are the figure's alone
         draw_pe_dot(dot_curves(), args.figures)
 

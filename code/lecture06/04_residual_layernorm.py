@@ -267,6 +267,10 @@ def part3_findings(r: dict, unit: dict) -> dict:
                        for layer in pre_ln_layers(r)}
     pre_kept = {layer: pre[deep][layer - 1] / pre[shallowest_with[layer]][layer - 1]
                 for layer in pre_ln_layers(r) if layer < deep}
+    # every depth, not only the deepest: (kept, layer, L) of the least kept
+    least_kept = min((pre[L][layer - 1] / pre[shallowest_with[layer]][layer - 1], layer, L)
+                     for layer in pre_ln_layers(r) for L in r["depths"]
+                     if shallowest_with[layer] < L)
     # each row, over the layers the table shows
     rows_fall = all(np.all(np.diff([pre[L][layer - 1] for layer in pre_ln_layers(r) if layer <= L])
                            < 0) for L in r["depths"])
@@ -277,13 +281,15 @@ def part3_findings(r: dict, unit: dict) -> dict:
     return {"shallow": shallow, "deep": deep, "last": last,
             "pre_ln_last_shrinks": last["Pre-LN"][1] < last["Pre-LN"][0],
             "post_ln_last_shrinks": last["Post-LN"][1] < last["Post-LN"][0],
+            "post_last_gain": last["Post-LN"][1] / last["Post-LN"][0],
+            "post_last_above_shallow": all(value > post_last[0] for value in post_last[1:]),
             "post_over_pre_deep": last["Post-LN"][1] / last["Pre-LN"][1],
             "post_first": (min(post_first), max(post_first)),
             "post_last": (min(post_last), max(post_last)),
             "unit_first": (min(unit_first), max(unit_first)),
             "first_over_last": min(f / la for f, la in zip(post_first, post_last)),
             "unit_first_over_last": max(f / la for f, la in zip(unit_first, post_last)),
-            "pre_kept": pre_kept,
+            "pre_kept": pre_kept, "pre_least_kept": least_kept,
             "pre_shrinking": [layer for layer, kept in pre_kept.items() if kept < SHRINKS_BELOW],
             "pre_first": (min(pre[L][0] for L in r["depths"]),
                           max(pre[L][0] for L in r["depths"])),
@@ -315,10 +321,9 @@ def show_layer_grad_norms(args):
                 f"at L = {f['deep']} what it gets at L = {f['shallow']} ({pre_shallow:.2f} → "
                 f"{pre_deep:.2f}), "
                 f"{'shrinking' if f['pre_ln_last_shrinks'] else 'NOT shrinking'} with depth\n(why: "
-                "the Pre-LN table below). Post-LN's gets "
-                f"{post_shallow:.2f} → {post_deep:.2f}, "
-                f"{'shrinking' if f['post_ln_last_shrinks'] else 'not shrinking'} with depth: at L "
-                f"= {f['deep']} {f['post_over_pre_deep']:.1f}× Pre-LN's, so a large lr\nmoves "
+                f"the Pre-LN table below). Post-LN's gets {f['post_last_gain']:.2f}× "
+                f"({post_shallow:.2f} → {post_deep:.2f}), {_post_ln_trend(f)}:\nat L = {f['deep']} "
+                f"{f['post_over_pre_deep']:.1f}× Pre-LN's, so a large lr moves "
                 "Post-LN's last layers "
                 f"""{'less hard in a deep model than' if f['post_ln_last_shrinks']
                      else 'at least as hard in a deep model as'} """
@@ -341,6 +346,16 @@ def show_layer_grad_norms(args):
     draw_layer_grad_norms(r, args.figures)
 
 
+def _post_ln_trend(f) -> str:
+    """How Post-LN's layer L changes from the shallowest model to the deepest, in words."""
+    if f["post_ln_last_shrinks"]:
+        return "shrinking with depth"
+    if f["post_last_gain"] == 1:
+        return "the same at both depths"
+    return "larger with depth" + (f" (above L = {f['shallow']}'s at every L)"
+                                  if f["post_last_above_shallow"] else "")
+
+
 def _print_pre_ln_layers(r, f):
     """Pre-LN's gradient layer by layer: whether a layer's share shrinks with depth, or layer L's
     because at each depth it is another layer."""
@@ -351,17 +366,20 @@ def _print_pre_ln_layers(r, f):
                         for layer in layers)] for L in r["depths"]],
                  ["L", *(f"layer {layer}" for layer in layers)], floatfmt=".3f", missingval="")
     kept, shrinking = list(f["pre_kept"].values()), f["pre_shrinking"]
-    below = f"(below {SHRINKS_BELOW}×)"
+    below = f"below {SHRINKS_BELOW}× (shrinking with depth)"
     if not shrinking:
-        which = f"none shrinks with depth {below}"
+        which = f"at L = {deep} none gets {below}"
     elif len(shrinking) == 1:
-        which = f"layer {shrinking[0]} shrinks with depth {below}, the others do not"
+        which = f"at L = {deep} layer {shrinking[0]} gets {below}, the others do not"
     else:
-        which = f"layers {', '.join(map(str, shrinking))} shrink with depth {below}"
+        which = f"at L = {deep} layers {', '.join(map(str, shrinking))} get {below}"
+    least, least_layer, least_depth = f["pre_least_kept"]
+    which += (f"; over every L the least is {least:.2f}× (layer {least_layer} at L = "
+              f"{least_depth})")
     common.note(f"Down each column (one layer at every depth): at L = {deep} layers "
                 f"{', '.join(map(str, f['pre_kept']))} get {min(kept):.2f}-{max(kept):.2f}× what "
                 f"the shallowest model with that layer gives them;\n{which}; layer 1 gets "
-                f"{f['pre_first'][0]:.2f}-{f['pre_first'][1]:.2f} at every L. Along each row it "
+                f"{f['pre_first'][0]:.2f}-{f['pre_first'][1]:.2f} at every L.\nAlong each row it "
                 + ("falls" if f["pre_rows_fall"] else "does NOT always fall")
                 + f" from layer 1 to layer L (L = {deep}: {f['pre_deep_row'][0]:.2f} → "
                 f"{f['pre_deep_row'][1]:.2f}):\n"
@@ -518,12 +536,31 @@ def stability_claims(r) -> dict:
     return claims
 
 
+def failed_over_trained(failed, trained) -> dict:
+    """{seed: Post-LN's final excess without warmup (failed) / Pre-LN's without warmup (trained)},
+    both at the large lr, at every seed both ran: how far above the trained model the failed one
+    ends (S5.4-e)."""
+    post = runs_by_config(failed).get(("Post-LN", LARGE_LR, 0), {})
+    pre = runs_by_config(trained).get(CONTESTED[1], {})
+    return {seed: post[seed]["final"] / pre[seed]["final"] for seed in sorted(set(post) & set(pre))}
+
+
 def climb_text(run: dict, r: dict) -> str:
     """A run's worst climb as a percentage; a run that never left the unigram level has nothing to
     climb back from (its flat +0% would read as the most stable run)."""
     if run["final"] > 0.9 * r["baselines"]["unigram"]:
         return "did not train"
     return f"{100 * run['climb']:+.0f}%"
+
+
+def _climbs_text(runs, r) -> str:
+    """The worst climbs over the seeds, of the runs that trained: a run that never left the unigram
+    level has no climb (climb_text)."""
+    trained = [100 * run["climb"] for run in runs if climb_text(run, r) != "did not train"]
+    if not trained:
+        return "did not train"
+    failed = len(runs) - len(trained)
+    return _spread(trained, "%") + (f", {failed} did not train" if failed else "")
 
 
 def _spread(values, unit: str = "") -> str:
@@ -555,17 +592,31 @@ def show_training_stability(args):
 
 def _print_setup(r):
     unigram, bigram = r["baselines"]["unigram"], r["baselines"]["bigram"]
-    by = runs_by_config(r)
-    counts = sorted({(len(runs), next(iter(runs.values()))["steps"]) for runs in by.values()})
     common.note(f"{r['n_layers']}-layer DecoderLM, d = {r['n_embd']}, h = {r['n_head']}, "
                 f"{r['init']} init, no dropout; Adam, batch {r['batch_size']} × "
                 f"{city_lab.SEQ_LEN}, lr constant after the warmup;\na seed draws the weights and "
-                "the batches; each configuration at "
-                + " or ".join(f"{n} seed{'s' * (n != 1)} × {steps} steps" for n, steps in counts)
-                + f" (the table below says which).\nExcess cross-entropy over the exact bound "
+                f"the batches; {_runs_text(r)}.\nExcess cross-entropy over the exact bound "
                 f"({city_lab.lower_bound():.4f} nats/token) in mnat/token; "
                 "for scale: unigram model "
                 f"{unigram:+.0f},\nbigram model {bigram:+.0f}.")
+
+
+def _runs_text(r) -> str:
+    """How many seeds and steps each configuration ran, naming the rows of the tables below (each
+    lists the configurations in the same order)."""
+    groups = []   # [[seeds × steps, first row, last row]], consecutive rows that ran alike
+    for row, runs in enumerate(runs_by_config(r).values(), 1):
+        n, steps = len(runs), next(iter(runs.values()))["steps"]
+        text = f"{n} seed{'s' * (n != 1)} × {steps} steps"
+        if groups and groups[-1][0] == text:
+            groups[-1][2] = row
+        else:
+            groups.append([text, row, row])
+    if len(groups) == 1:
+        return f"each configuration at {groups[0][0]}"
+    rows = [f"{text} for row{'s' * (last > first)} {first}" + (f"-{last}" * (last > first))
+            for text, first, last in groups]
+    return rows[0] + " of the tables below, " + ", ".join(rows[1:])
 
 
 def _print_first_seed(r):
@@ -612,8 +663,7 @@ def _print_over_seeds(r):
     if not several:
         return
     common.note("Over the seeds: median (min to max)")
-    rows = [[*config, len(runs), _spread([run["final"] for run in runs]),
-             _spread([100 * run["climb"] for run in runs], "%")]
+    rows = [[*config, len(runs), _spread([run["final"] for run in runs]), _climbs_text(runs, r)]
             for config, runs in several]
     common.table(rows, ["", "lr", "warmup (steps)", "seeds", "test excess at the end",
                         "worst climb"], floatfmt=("", "g", "d"), kernel_dependent=True)
@@ -653,10 +703,11 @@ def ending_text(r) -> str:
     post_lower = sum(post[s]["final"] < pre[s]["final"] for s in seeds)
     counts = {"warmed-up Post-LN": post_lower, "Pre-LN without warmup": len(seeds) - post_lower}
     name, lower = max(counts.items(), key=lambda item: item[1])
+    verdict = common.verdict(lower, len(seeds))
     text = (f"At the end, median test excess {medians[0]:.0f} (warmed-up Post-LN) against "
             f"{medians[1]:.0f} (Pre-LN); {name} ends lower at "
-            f"{common.seeds_text(lower, len(seeds))}")
-    if common.verdict(lower, len(seeds)) == "holds":
+            f"{common.seeds_text(lower, len(seeds))}, {verdict}")
+    if verdict == "holds":
         return text + f":\n{name} ends better, though only Pre-LN trains at this lr without warmup."
     return (text + ":\nneither ends clearly better; the stable placement need not end best, as "
             "§5.4's last remark on a tuned Post-LN says.")

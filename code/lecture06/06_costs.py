@@ -956,11 +956,13 @@ def print_korthikanti_blocks(r: dict):
                 + ("no storage left unnamed" if not unnamed else f"unnamed: {unnamed}")
                 + f"), and one more: the LayerNorms' mean and 1/σ,\n{stats:,} elements = "
                 f"4·s·b{'' if stats == 4 * S * b else ' NOT'} (a number per token each, "
-                f"which the paper leaves out). The bytes differ by precision only: float32 keeps 4 "
-                f"bytes\nwhere they count 2 (2×), and each dropout mask in the activations' dtype: "
-                f"on CPU torch's dropout multiplies by a mask of its input's\ndtype (4 bytes, 4× "
-                f"their 1-byte mask); on a GPU its fused dropout keeps a bool, 1 byte, as they "
-                f"assume.")
+                f"which the paper leaves out). Apart from those {stats:,}, the bytes differ by "
+                f"precision only: float32 keeps 4 bytes\nwhere they count 2 (2×), and each "
+                f"dropout mask in the activations' dtype: on CPU torch's dropout multiplies by a "
+                f"mask of its input's\ndtype (4 bytes, 4× their 1-byte mask). Their 1 byte is a "
+                f"bool mask, what torch's fused dropout keeps on a GPU (its source,\n"
+                f"aten/src/ATen/native/Dropout.cpp, sends CUDA tensors to native_dropout; not "
+                f"measured here).")
     half_extra = total["bfloat16"] - r["formula"]
     accounted = "equal" if half_extra == masks + 2 * stats else "NOT equal"
     common.note(f"In bfloat16 the layer keeps {total['bfloat16']:,} bytes, {half_extra:,} more "
