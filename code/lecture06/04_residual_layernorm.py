@@ -576,7 +576,7 @@ def _print_first_seed(r):
                         *[f"{s + 1}-{s + window}" for s in range(0, n_windows * window, window)],
                         "test"],
                  floatfmt=("", "g", "d") + (".0f",) * (n_windows + 1),
-                 missingval="", kernel_dependent=True)
+                 missingval="", kernel_dependent=True, static_columns=(0, 1, 2))
     _print_climbs(r)
 
 
@@ -598,7 +598,7 @@ def _print_climbs(r):
                      f"{top_first}-{top_last}" if shown else None, climb_text(run, r)])
     common.table(rows, ["", "lr", "warmup (steps)", "low", "its steps", "top", "its steps",
                         "worst climb"], floatfmt=("", "g", "d", ".1f", "", ".1f", "", ""),
-                 missingval="", kernel_dependent=True)
+                 missingval="", kernel_dependent=True, static_columns=(0, 1, 2))
 
 
 def _print_over_seeds(r):
@@ -611,7 +611,8 @@ def _print_over_seeds(r):
              _spread([100 * run["climb"] for run in runs], "%")]
             for config, runs in several]
     common.table(rows, ["", "lr", "warmup (steps)", "seeds", "test excess at the end",
-                        "worst climb"], floatfmt=("", "g", "d"), kernel_dependent=True)
+                        "worst climb"], floatfmt=("", "g", "d"), kernel_dependent=True,
+                 static_columns=(0, 1, 2, 3))
 
 
 def stability_summary(r) -> list:
