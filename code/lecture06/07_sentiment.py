@@ -482,9 +482,10 @@ def draw_attention(s: dict, figures_dir):
     ax.set_ylabel("query")
     ax.set_title(f"attention weights at seed {r['seed']}, mean over heads")
     fig.colorbar(image, ax=ax, fraction=0.046)
-    bar.bar(range(len(words)), r["received"],
-            color=["C3" if i == r["argmax"] else "C0" for i in range(len(words))],
-            label=f"seed {r['seed']}")
+    others_of_seed = [i for i in range(len(words)) if i != r["argmax"]]
+    bar.bar(others_of_seed, r["received"][others_of_seed], color="C0", label=f"seed {r['seed']}")
+    bar.bar([r["argmax"]], [r["received"][r["argmax"]]], color="C3",
+            label=f"seed {r['seed']}: the most attention")
     others = s["per_seed"][1:]
     for j, other in enumerate(others):
         bar.plot(range(len(words)), other["received"], "k.", ms=5,
