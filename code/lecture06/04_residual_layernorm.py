@@ -368,24 +368,47 @@ def _print_pre_ln_layers(r, f):
 
 @common.draws_figure
 def draw_layer_grad_norms(r, figures_dir):
+    """Each layer's gradient against its place (layer 1 apart: its input is the small embeddings,
+    and its spike is part 3's last remark), and §5.4's point on its own panel: layer L's against
+    the depth L."""
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4), sharey=True)
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.6), sharey=True)
+    colors = dict(zip(r["depths"], plt.rcParams["axes.prop_cycle"].by_key()["color"]))
     for ax, placement in zip(axes, ("Post-LN", "Pre-LN")):
         for depth in r["depths"]:
             norms = r["norms"][placement, depth]
             # against the layer's place in the stack: Pre-LN's curves for every L then overlap
-            ax.plot(np.arange(1, depth + 1), norms, "o-" if depth < 16 else "-", ms=3,
+            ax.plot(np.arange(2, depth + 1), norms[1:], "-", color=colors[depth], lw=1,
                     label=f"L = {depth}")
+            ax.plot([1, 2], norms[:2], ":", color=colors[depth], lw=0.8)
+            ax.plot(1, norms[0], "o", mfc="none", color=colors[depth], ms=4)
+            ax.plot(depth, norms[-1], "o", color=colors[depth], ms=6)
         ax.set_xscale("log", base=2)
         ax.set_xticks(pre_ln_layers(r), [str(layer) for layer in pre_ln_layers(r)])
         ax.minorticks_off()
-        ax.set_yscale("log")
-        ax.set_xlabel("layer l  (1: next to the embeddings)")
-        ax.set_title(placement)
+        ax.set_xlabel("layer l  (1: next to the embeddings, ○)")
+        ax.set_title(f"{placement}: every layer; ● layer L")
         ax.grid(alpha=0.3)
+    last = axes[2]
+    for placement, style in (("Post-LN", "o-"), ("Pre-LN", "s--")):
+        last.plot(r["depths"], [r["norms"][placement, depth][-1] for depth in r["depths"]], style,
+                  color="black", label=placement, ms=5)
+    last.set_xscale("log", base=2)
+    last.set_xticks(r["depths"], [str(depth) for depth in r["depths"]])
+    last.minorticks_off()
+    last.set_xlabel("depth L")
+    last.set_title("layer L (next to the output) vs depth")
+    last.grid(alpha=0.3)
+    last.legend(fontsize=8)
+    axes[0].set_yscale("log")
     axes[0].set_ylabel("‖gradient‖ of the layer's parameters")
-    axes[1].legend()
-    fig.suptitle(f"Gradient norm per layer at initialisation, mean over {len(r['seeds'])} seeds")
+    axes[1].legend(fontsize=8)
+    deeper = {placement: "more" if r["norms"][placement, r["depths"][-1]][-1]
+              > r["norms"][placement, r["depths"][0]][-1] else "less"
+              for placement in ("Post-LN", "Pre-LN")}
+    fig.suptitle(f"Gradient norm per layer at initialisation, mean over {len(r['seeds'])} seeds: "
+                 f"next to the output, deeper Post-LN gets {deeper['Post-LN']}, deeper Pre-LN "
+                 f"{deeper['Pre-LN']}")
     fig.tight_layout()
     common.save_figure(fig, "04_grad_norm_per_layer", figures_dir)
 
