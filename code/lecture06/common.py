@@ -89,8 +89,11 @@ def table(rows, headers=(), floatfmt="g", kernel_dependent: bool = False, static
     (their labels and settings, not the kernels' digits): a wider ⚙ cell overflows its own row."""
     if kernel_dependent:
         rows = [[f"{KERNELS} {row[0]}", *row[1:]] for row in rows]
-    if headers and any(str(row[0]).startswith(KERNELS) for row in rows):
-        print(_fixed_width_table(rows, list(headers), floatfmt, static_columns, **kwargs))
+    # headers named in a list (not tabulate's "keys" or "firstrow")
+    if (isinstance(headers, (list, tuple)) and headers
+            and any(str(row[0]).startswith(KERNELS) for row in rows)):
+        print(_fixed_width_table(rows, [str(header) for header in headers], floatfmt,
+                                 static_columns, **kwargs))
     else:
         print(tabulate(rows, headers=headers, floatfmt=floatfmt, **kwargs))
 
