@@ -681,18 +681,44 @@ def ending_text(r) -> str:
             "§5.4's last remark on a tuned Post-LN says.")
 
 
+LOG_TICKS = (10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000)
+
+
+def pin_log_axis(ax, values):
+    """A log y axis (shared by the panels) labelled at LOG_TICKS only, from the tick below the
+    lowest value to the one above the highest: matplotlib's own choice labels minor ticks when the
+    data span less than two decades, so the labels would come and go with the float kernels'
+    digits."""
+    from matplotlib.ticker import FixedLocator, LogLocator, NullFormatter, StrMethodFormatter
+    values = np.concatenate([np.ravel(v) for v in values])
+    values = values[np.isfinite(values) & (values > 0)]
+    low = max([t for t in LOG_TICKS if t <= values.min()], default=LOG_TICKS[0])
+    high = min([t for t in LOG_TICKS if t >= values.max()], default=LOG_TICKS[-1])
+    ax.set_yscale("log")
+    ax.set_ylim(low, high)
+    ax.yaxis.set_major_locator(FixedLocator([t for t in LOG_TICKS if low <= t <= high]))
+    ax.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
+    ax.yaxis.set_minor_locator(LogLocator(base=10, subs=np.arange(2, 10)))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
 @common.draws_figure
 def draw_training_curves(r, figures_dir):
     import matplotlib.pyplot as plt
     lrs = sorted({lr for _, lr, _ in r["configs"]})
     fig, axes = plt.subplots(1, len(lrs), figsize=(4.8 * len(lrs), 3.6), sharey=True, squeeze=False)
     colors = dict(zip(r["configs"], plt.rcParams["axes.prop_cycle"].by_key()["color"]))
+    longest = max(len(run["batch_excess"]) for run in r["runs"])
     for ax, lr in zip(axes[0], lrs):
         for run in (run for run in r["runs"] if run["lr"] == lr):
             config = (run["placement"], run["lr"], run["warmup"])
             first = run["seed"] == r["seeds"][0]
+            # a run shorter than the others was planned so (its outcome is settled by then): said
+            # in its label, lest its end read as a crash
+            steps = len(run["batch_excess"])
             label = (f"{run['placement']}, "
                      + (f"warmup {run['warmup']}" if run["warmup"] else "no warmup")
+                     + (f" ({steps} steps)" if steps < longest else "")
                      if first else None)
             # mean of 10 batches
             moving = np.convolve(run["batch_excess"], np.ones(10) / 10, mode="valid")
@@ -712,11 +738,11 @@ def draw_training_curves(r, figures_dir):
             # at the right edge of each panel, whose runs may be shorter than the longest
             ax.text(0.98, value, name, transform=ax.get_yaxis_transform(), ha="right",
                     va="bottom", fontsize=8, color="grey")
-        ax.set_yscale("log")
         ax.set_xlabel("step")
         ax.set_title(f"lr = {lr:g}")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
+    pin_log_axis(axes[0][0], [line.get_ydata() for ax in axes[0] for line in ax.get_lines()])
     axes[0][0].set_ylabel("held-out batch excess, mnat/token")
     fig.suptitle(f"{r['n_layers']}-layer DecoderLM on the city language: mean of 10 fresh batches"
                  + (f" (seed {r['seeds'][0]} bold, the other seeds faint)"
