@@ -136,9 +136,10 @@ def test_a_table_with_kernel_rows_prints_the_same_header_and_rule_for_any_digits
 
 
 def test_unmarked_rows_of_a_table_do_not_move_with_its_kernel_rows(capsys):
-    common.table([["step", 1]], ["", 310], kernel_dependent=True)   # headers as tabulate takes them
-    assert capsys.readouterr().out.splitlines() == ["          310", "------  -----",
-                                                    "⚙ step      1"]
+    # headers and formats as tabulate takes them: numbers, fewer formats than columns
+    common.table([["step", 1, 0.25]], ["", 310, "x"], floatfmt=("", "d"), kernel_dependent=True)
+    assert capsys.readouterr().out.splitlines() == ["          310    x", "------  -----  ---",
+                                                    "⚙ step      1  0.25"]
     for digits in ("0.1", "0.123456789"):
         common.table([["language", "below"], [f"{common.KERNELS} greedy", digits]],
                      ["text", "log p"], disable_numparse=True)

@@ -98,9 +98,12 @@ def table(rows, headers=(), floatfmt="g", kernel_dependent: bool = False, static
         print(tabulate(rows, headers=headers, floatfmt=floatfmt, **kwargs))
 
 
-def _per_column(option, n_columns: int) -> list:
-    """tabulate's per-column option (one value for all, or one per column) as a list."""
-    return list(option) if isinstance(option, (list, tuple)) else [option] * n_columns
+def _per_column(option, n_columns: int, default) -> list:
+    """tabulate's per-column option (one value for all, or one per column, the columns past the
+    given ones taking tabulate's default) as a list."""
+    if not isinstance(option, (list, tuple)):
+        return [option] * n_columns
+    return list(option) + [default] * (n_columns - len(option))
 
 
 def _formatted_column(cells, floatfmt, intfmt, missingval, disable_numparse) -> list[str]:
@@ -134,8 +137,8 @@ def _fixed_width_table(rows, headers, floatfmt, static_columns, intfmt="", missi
     n = len(headers)
     rows = [list(row) + [None] * (n - len(row)) for row in rows]
     marked = [str(row[0]).startswith(KERNELS) for row in rows]
-    floatfmts, intfmts = _per_column(floatfmt, n), _per_column(intfmt, n)
-    missingvals = _per_column(missingval, n)
+    floatfmts, intfmts = _per_column(floatfmt, n, "g"), _per_column(intfmt, n, "")
+    missingvals = _per_column(missingval, n, "")
     columns = [_formatted_column([row[j] for row in rows], floatfmts[j], intfmts[j],
                                  missingvals[j], disable_numparse) for j in range(n)]
     numeric = [any(row[j] is not None for row in rows)
