@@ -141,10 +141,11 @@ def test_unmarked_rows_of_a_table_do_not_move_with_its_kernel_rows(capsys):
     assert capsys.readouterr().out.splitlines() == ["          310    x", "------  -----  ---",
                                                     "⚙ step      1  0.25"]
     for digits in ("0.1", "0.123456789"):
-        common.table([["language", "below"], [f"{common.KERNELS} greedy", digits]],
-                     ["text", "log p"], disable_numparse=True)
-        assert capsys.readouterr().out.splitlines()[:3] == ["text      log p", "--------  -------",
-                                                            "language  below"]
+        common.table([["language", "below", 0], [f"{common.KERNELS} greedy", digits, 18]],
+                     ["text", "log p", "forbidden"], disable_numparse=True)
+        assert capsys.readouterr().out.splitlines()[:3] == [
+            "text      log p    forbidden", "--------  -------  -----------",
+            "language  below    0"]   # disable_numparse: numbers too are text, left-aligned
 
 
 def test_a_table_without_kernel_rows_is_tabulates_own(capsys):

@@ -117,12 +117,10 @@ def _formatted_column(cells, floatfmt, intfmt, missingval, disable_numparse) -> 
 
 def _is_number(cell, disable_numparse: bool) -> bool:
     """Whether tabulate would align the cell as a number (right)."""
-    if isinstance(cell, bool) or cell is None:
+    if isinstance(cell, bool) or cell is None or disable_numparse:   # then every cell is text
         return False
     if isinstance(cell, (int, float, np.integer, np.floating)):
         return True
-    if disable_numparse:
-        return False
     try:
         float(cell)
     except (TypeError, ValueError):
