@@ -186,10 +186,10 @@ def test_run_prints_every_part_and_draws(sentiment, results, tmp_path, capsys):
     lines = [" ".join(line.split()) for line in out.splitlines()]
     assert ("position, word 0 the 1 plot 2 was 3 good 4 but 5 the 6 acting 7 was 8 bad"
             in lines)
-    assert "Transformer, learned positions 100.0% 100.0% 100.0%" in lines
-    assert "Transformer, no positions 100.0% 100.0% 50.0%" in lines
-    # seed 0 decides its places by more than TIPPING; seed 1's second and third are 0.006 apart
-    assert "0 8 'bad' 4 'but' 0 'the' 2nd negative" in lines
+    # a trained Transformer's rows are marked whatever their margins: so on any CPU
+    assert "⚙ Transformer, learned positions 100.0% 100.0% 100.0%" in lines
+    assert "⚙ Transformer, no positions 100.0% 100.0% 50.0%" in lines
+    assert "⚙ 0 8 'bad' 4 'but' 0 'the' 2nd negative" in lines
     assert "⚙ 1 8 'bad' 2 'was' 3 'good' 7th negative" in lines
     assert all(line.startswith("⚙") for line in lines if "e-16" in line or "0.394" in line)
     assert (tmp_path / "07_accuracy.png").exists() and (tmp_path / "07_attention.png").exists()

@@ -229,3 +229,67 @@ def test_ctrl_c_anywhere_ends_a_script_with_one_line_exit_130_and_no_worker_left
         time.sleep(0.1)
     else:
         pytest.fail("a worker process outlived the script")
+
+
+def test_a_table_with_kernel_rows_prints_the_same_header_and_rule_for_any_digits(capsys):
+    def printed(loss: float, worst: str) -> list[str]:
+        common.table([["attention", 0.001, loss, worst], ["FFN", 0.001, 2 * loss, "b"]],
+                     ["module", "lr", "loss", "largest in"], floatfmt=("", "g", ".3g", ""),
+                     kernel_dependent=True, static_columns=(0, 1))
+        return capsys.readouterr().out.splitlines()
+    short, long = printed(1.5, "a"), printed(123456.789, "attention.out_projection.weights")
+    assert short[:2] == long[:2] == ["module          lr    loss  largest in",
+                                     "-----------  -----  ------  ------------"]
+    assert short[2] == "⚙ attention  0.001     1.5  a"   # aligned under the header while it fits
+    assert long[2] == "⚙ attention  0.001  1.23e+05  attention.out_projection.weights"
+
+
+def test_unmarked_rows_of_a_table_do_not_move_with_its_kernel_rows(capsys):
+    # headers and formats as tabulate takes them: numbers, fewer formats than columns
+    common.table([["step", 1, 0.25]], ["", 310, "x"], floatfmt=("", "d"), kernel_dependent=True)
+    assert capsys.readouterr().out.splitlines() == ["          310    x", "------  -----  ---",
+                                                    "⚙ step      1  0.25"]
+    for digits in ("0.1", "0.123456789"):
+        common.table([["language", "below", 0], [f"{common.KERNELS} greedy", digits, 18]],
+                     ["text", "log p", "forbidden"], disable_numparse=True)
+        assert capsys.readouterr().out.splitlines()[:3] == [
+            "text      log p    forbidden", "--------  -------  -----------",
+            "language  below    0"]   # disable_numparse: numbers too are text, left-aligned
+
+
+def test_a_table_without_kernel_rows_is_tabulates_own(capsys):
+    from tabulate import tabulate
+    rows = [["a", 1.25, 3], ["bbbbbbbbbbbb", 10.5, None]]
+    common.table(rows, ["name", "x", "n"], floatfmt=".2f", missingval="-")
+    assert capsys.readouterr().out == tabulate(rows, ["name", "x", "n"], floatfmt=".2f",
+                                               missingval="-") + "\n"
+
+
+def test_a_figure_is_rewritten_only_when_its_pixels_change(tmp_path, capsys):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def draw(height: float) -> str:
+        fig, axes = plt.subplots(figsize=(2, 2))
+        axes.bar([0], [height])
+        return common.save_figure(fig, "bar", str(tmp_path))
+    from PIL import Image
+    path = draw(1.0)
+    with Image.open(path) as image:   # the same pixels in other bytes, as another zlib writes them
+        image.load()
+    image.save(path, compress_level=1)
+    os.utime(path, (0, 0))
+    first = open(path, "rb").read()
+    draw(1.0)
+    assert os.stat(path).st_mtime == 0 and open(path, "rb").read() == first
+    draw(2.0)
+    assert os.stat(path).st_mtime > 0 and open(path, "rb").read() != first
+    assert capsys.readouterr().out.count("[figure]") == 3   # named each time, written or not
+
+
+def test_a_count_of_runs_is_marked_whatever_its_margins_a_settled_one_is_not(capsys):
+    common.count_line("trains", [5.0, 7.0, -6.0])   # wide margins, but runs other kernels can tip
+    common.count_line("settles", [500.0, 700.0, 600.0], tipping=100.0)
+    assert capsys.readouterr().out.splitlines() == ["⚙ trains: 2 of 3 seeds, mostly",
+                                                    "settles: 3 of 3 seeds, holds"]

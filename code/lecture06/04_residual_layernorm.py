@@ -391,24 +391,47 @@ def _print_pre_ln_layers(r, f):
 
 @common.draws_figure
 def draw_layer_grad_norms(r, figures_dir):
+    """Each layer's gradient against its place (layer 1 apart: its input is the small embeddings,
+    and its spike is part 3's last remark), and §5.4's point on its own panel: layer L's against
+    the depth L."""
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4), sharey=True)
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.6), sharey=True)
+    colors = dict(zip(r["depths"], plt.rcParams["axes.prop_cycle"].by_key()["color"]))
     for ax, placement in zip(axes, ("Post-LN", "Pre-LN")):
         for depth in r["depths"]:
             norms = r["norms"][placement, depth]
             # against the layer's place in the stack: Pre-LN's curves for every L then overlap
-            ax.plot(np.arange(1, depth + 1), norms, "o-" if depth < 16 else "-", ms=3,
+            ax.plot(np.arange(2, depth + 1), norms[1:], "-", color=colors[depth], lw=1,
                     label=f"L = {depth}")
+            ax.plot([1, 2], norms[:2], ":", color=colors[depth], lw=0.8)
+            ax.plot(1, norms[0], "o", mfc="none", color=colors[depth], ms=4)
+            ax.plot(depth, norms[-1], "o", color=colors[depth], ms=6)
         ax.set_xscale("log", base=2)
         ax.set_xticks(pre_ln_layers(r), [str(layer) for layer in pre_ln_layers(r)])
         ax.minorticks_off()
-        ax.set_yscale("log")
-        ax.set_xlabel("layer l  (1: next to the embeddings)")
-        ax.set_title(placement)
+        ax.set_xlabel("layer l  (1: next to the embeddings, ○)")
+        ax.set_title(f"{placement}: every layer; ● layer L")
         ax.grid(alpha=0.3)
+    last = axes[2]
+    for placement, style in (("Post-LN", "o-"), ("Pre-LN", "s--")):
+        last.plot(r["depths"], [r["norms"][placement, depth][-1] for depth in r["depths"]], style,
+                  color="black", label=placement, ms=5)
+    last.set_xscale("log", base=2)
+    last.set_xticks(r["depths"], [str(depth) for depth in r["depths"]])
+    last.minorticks_off()
+    last.set_xlabel("depth L")
+    last.set_title("layer L (next to the output) vs depth")
+    last.grid(alpha=0.3)
+    last.legend(fontsize=8)
+    axes[0].set_yscale("log")
     axes[0].set_ylabel("‖gradient‖ of the layer's parameters")
-    axes[1].legend()
-    fig.suptitle(f"Gradient norm per layer at initialisation, mean over {len(r['seeds'])} seeds")
+    axes[1].legend(fontsize=8)
+    deeper = {placement: "more" if r["norms"][placement, r["depths"][-1]][-1]
+              > r["norms"][placement, r["depths"][0]][-1] else "less"
+              for placement in ("Post-LN", "Pre-LN")}
+    fig.suptitle(f"Gradient norm per layer at initialisation, mean over {len(r['seeds'])} seeds: "
+                 f"next to the output, deeper Post-LN gets {deeper['Post-LN']}, deeper Pre-LN "
+                 f"{deeper['Pre-LN']}")
     fig.tight_layout()
     common.save_figure(fig, "04_grad_norm_per_layer", figures_dir)
 
@@ -632,7 +655,7 @@ def _print_first_seed(r):
                         *[f"{s + 1}-{s + window}" for s in range(0, n_windows * window, window)],
                         "test"],
                  floatfmt=("", "g", "d") + (".0f",) * (n_windows + 1),
-                 missingval="", kernel_dependent=True)
+                 missingval="", kernel_dependent=True, static_columns=(0, 1, 2))
     _print_climbs(r)
 
 
@@ -654,7 +677,7 @@ def _print_climbs(r):
                      f"{top_first}-{top_last}" if shown else None, climb_text(run, r)])
     common.table(rows, ["", "lr", "warmup (steps)", "low", "its steps", "top", "its steps",
                         "worst climb"], floatfmt=("", "g", "d", ".1f", "", ".1f", "", ""),
-                 missingval="", kernel_dependent=True)
+                 missingval="", kernel_dependent=True, static_columns=(0, 1, 2))
 
 
 def _print_over_seeds(r):
@@ -666,7 +689,8 @@ def _print_over_seeds(r):
     rows = [[*config, len(runs), _spread([run["final"] for run in runs]), _climbs_text(runs, r)]
             for config, runs in several]
     common.table(rows, ["", "lr", "warmup (steps)", "seeds", "test excess at the end",
-                        "worst climb"], floatfmt=("", "g", "d"), kernel_dependent=True)
+                        "worst climb"], floatfmt=("", "g", "d"), kernel_dependent=True,
+                 static_columns=(0, 1, 2, 3))
 
 
 def stability_summary(r) -> list:
@@ -713,18 +737,44 @@ def ending_text(r) -> str:
             "§5.4's last remark on a tuned Post-LN says.")
 
 
+LOG_TICKS = (10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000)
+
+
+def pin_log_axis(ax, values):
+    """A log y axis (shared by the panels) labelled at LOG_TICKS only, from the tick below the
+    lowest value to the one above the highest: matplotlib's own choice labels minor ticks when the
+    data span less than two decades, so the labels would come and go with the float kernels'
+    digits."""
+    from matplotlib.ticker import FixedLocator, LogLocator, NullFormatter, StrMethodFormatter
+    values = np.concatenate([np.ravel(v) for v in values])
+    values = values[np.isfinite(values) & (values > 0)]
+    low = max([t for t in LOG_TICKS if t <= values.min()], default=LOG_TICKS[0])
+    high = min([t for t in LOG_TICKS if t >= values.max()], default=LOG_TICKS[-1])
+    ax.set_yscale("log")
+    ax.set_ylim(low, high)
+    ax.yaxis.set_major_locator(FixedLocator([t for t in LOG_TICKS if low <= t <= high]))
+    ax.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
+    ax.yaxis.set_minor_locator(LogLocator(base=10, subs=np.arange(2, 10)))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
 @common.draws_figure
 def draw_training_curves(r, figures_dir):
     import matplotlib.pyplot as plt
     lrs = sorted({lr for _, lr, _ in r["configs"]})
     fig, axes = plt.subplots(1, len(lrs), figsize=(4.8 * len(lrs), 3.6), sharey=True, squeeze=False)
     colors = dict(zip(r["configs"], plt.rcParams["axes.prop_cycle"].by_key()["color"]))
+    longest = max(len(run["batch_excess"]) for run in r["runs"])
     for ax, lr in zip(axes[0], lrs):
         for run in (run for run in r["runs"] if run["lr"] == lr):
             config = (run["placement"], run["lr"], run["warmup"])
             first = run["seed"] == r["seeds"][0]
+            # a run shorter than the others was planned so (its outcome is settled by then): said
+            # in its label, lest its end read as a crash
+            steps = len(run["batch_excess"])
             label = (f"{run['placement']}, "
                      + (f"warmup {run['warmup']}" if run["warmup"] else "no warmup")
+                     + (f" ({steps} steps)" if steps < longest else "")
                      if first else None)
             # mean of 10 batches
             moving = np.convolve(run["batch_excess"], np.ones(10) / 10, mode="valid")
@@ -744,11 +794,11 @@ def draw_training_curves(r, figures_dir):
             # at the right edge of each panel, whose runs may be shorter than the longest
             ax.text(0.98, value, name, transform=ax.get_yaxis_transform(), ha="right",
                     va="bottom", fontsize=8, color="grey")
-        ax.set_yscale("log")
         ax.set_xlabel("step")
         ax.set_title(f"lr = {lr:g}")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
+    pin_log_axis(axes[0][0], [line.get_ydata() for ax in axes[0] for line in ax.get_lines()])
     axes[0][0].set_ylabel("held-out batch excess, mnat/token")
     fig.suptitle(f"{r['n_layers']}-layer DecoderLM on the city language: mean of 10 fresh batches"
                  + (f" (seed {r['seeds'][0]} bold, the other seeds faint)"

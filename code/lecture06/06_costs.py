@@ -497,17 +497,18 @@ def draw_activation_memory(r: dict, figures_dir):
     ax.plot(S, [x["bytes"] / 1024 for x in r["rows"]], "o", color="black",
             label="measured (saved_tensors_hooks)")
     ax.plot(grid, 4 * (a * grid * d + b * h * grid ** 2) / 1024, color="#4c72b0",
-            label=f"fit {a:.4f}·S·d + {b:.4f}·h·S²")
-    ax.plot(grid, 4 * a * grid * d / 1024, ls="--", color="#55a868", label="S·d part")
+            label=f"fit: ({a:.4f}·S·d + {b:.4f}·h·S²) floats × 4 B")
+    ax.plot(grid, 4 * a * grid * d / 1024, ls="--", color="#55a868",
+            label=f"S·d part: {a:.4f}·S·d floats × 4 B")
     ax.plot(grid, 4 * b * h * grid ** 2 / 1024, ls="--", color="#c44e52",
-            label="h·S² part (softmax output)")
+            label=f"h·S² part (softmax output): {b:.4f}·h·S² floats × 4 B")
     ax.axvline(r["crossover"], color="grey", ls=":", lw=1)
     ax.text(r["crossover"] * 1.05, 4 * a * r["crossover"] * d / 1024 * 0.3,
             f"S = {r['crossover']:.0f}", fontsize=8)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("sequence length S")
-    ax.set_ylabel("KiB saved for backward (float32)")
+    ax.set_ylabel("KiB saved for backward (1 KiB = 1024 B)")
     ax.set_title(f"One Pre-LN layer, d = {d}, h = {h}: activations saved for backward", fontsize=10)
     ax.legend(fontsize=8)
     common.save_figure(fig, "06_activation_memory", figures_dir)

@@ -28,6 +28,7 @@ import argparse
 import functools
 import importlib.util
 import inspect
+import io
 import math
 import os
 import re
@@ -211,12 +212,79 @@ def header(part: int, doc: str, *shown: str):
     print("─" * len(line))
 
 
-def table(rows, headers=(), floatfmt="g", kernel_dependent: bool = False, **kwargs):
+def table(rows, headers=(), floatfmt="g", kernel_dependent: bool = False, static_columns=(0,),
+          **kwargs):
     """A tabulate table; kernel_dependent=True marks every row with ⚙ (its digits depend on the
-    CPU)."""
+    CPU), and a row whose first cell starts with ⚙ is marked too.
+
+    In a table with ⚙ rows, tabulate would size a column by its widest cell, ⚙ ones included, and
+    so move the unmarked header and rule with the float kernels' digits. There the columns are as
+    wide as the header (plus tabulate's 2), the unmarked rows and the ⚙ rows' `static_columns`
+    (their labels and settings, not the kernels' digits): a wider ⚙ cell overflows its own row."""
     if kernel_dependent:
         rows = [[f"{KERNELS} {row[0]}", *row[1:]] for row in rows]
-    print(tabulate(rows, headers=headers, floatfmt=floatfmt, **kwargs))
+    # headers named in a list (not tabulate's "keys" or "firstrow")
+    if (isinstance(headers, (list, tuple)) and headers
+            and any(str(row[0]).startswith(KERNELS) for row in rows)):
+        print(_fixed_width_table(rows, [str(header) for header in headers], floatfmt,
+                                 static_columns, **kwargs))
+    else:
+        print(tabulate(rows, headers=headers, floatfmt=floatfmt, **kwargs))
+
+
+def _per_column(option, n_columns: int, default) -> list:
+    """tabulate's per-column option (one value for all, or one per column, the columns past the
+    given ones taking tabulate's default) as a list."""
+    if not isinstance(option, (list, tuple)):
+        return [option] * n_columns
+    return list(option) + [default] * (n_columns - len(option))
+
+
+def _formatted_column(cells, floatfmt, intfmt, missingval, disable_numparse) -> list[str]:
+    """The column's cells as tabulate formats them (its number types, floatfmt, missingval), one
+    tab-separated line per cell, after a row number (a missing last cell leaves no tab)."""
+    text = tabulate([[i, cell] for i, cell in enumerate(cells)], tablefmt="tsv",
+                    floatfmt=("g", floatfmt), intfmt=("", intfmt),
+                    missingval=("", missingval), disable_numparse=disable_numparse)
+    return [line.partition("\t")[2].strip() for line in text.split("\n")]
+
+
+def _is_number(cell, disable_numparse: bool) -> bool:
+    """Whether tabulate would align the cell as a number (right)."""
+    if isinstance(cell, bool) or cell is None or disable_numparse:   # then every cell is text
+        return False
+    if isinstance(cell, (int, float, np.integer, np.floating)):
+        return True
+    try:
+        float(cell)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _fixed_width_table(rows, headers, floatfmt, static_columns, intfmt="", missingval="",
+                       disable_numparse: bool = False) -> str:
+    """tabulate's plain "simple" table, but for the widths (see table): numbers right-aligned,
+    text left-aligned, two spaces between columns."""
+    n = len(headers)
+    rows = [list(row) + [None] * (n - len(row)) for row in rows]
+    marked = [str(row[0]).startswith(KERNELS) for row in rows]
+    floatfmts, intfmts = _per_column(floatfmt, n, "g"), _per_column(intfmt, n, "")
+    missingvals = _per_column(missingval, n, "")
+    columns = [_formatted_column([row[j] for row in rows], floatfmts[j], intfmts[j],
+                                 missingvals[j], disable_numparse) for j in range(n)]
+    numeric = [any(row[j] is not None for row in rows)
+               and all(row[j] is None or _is_number(row[j], disable_numparse) for row in rows)
+               for j in range(n)]
+    widths = [max([len(headers[j]) + 2] + [len(cell) for cell, kernels in zip(columns[j], marked)
+                                           if not kernels or j in static_columns])
+              for j in range(n)]
+
+    def line(cells) -> str:
+        return "  ".join(cell.rjust(width) if right else cell.ljust(width)
+                         for cell, width, right in zip(cells, widths, numeric)).rstrip()
+    body = [line([column[i] for column in columns]) for i in range(len(rows))]
+    return "\n".join([line(headers), "  ".join("-" * width for width in widths), *body])
 
 
 def note(text: str):
@@ -280,11 +348,13 @@ def seeds_text(k: int, n: int) -> str:
     return f"{k} of {n} seed{'s' * (n != 1)}"
 
 
-def count_line(text: str, margins, tipping: float, notes: str = ""):
+def count_line(text: str, margins, tipping: float = math.inf, notes: str = ""):
     """Print "text: k of n seeds, <verdict>" for a claim whose margin at each seed is in
-    `margins`. Unmarked only if every seed decides the claim, either way, by more than `tipping`
-    (what other float kernels can move the margin): then the count, and so its verdict, is the same
-    on any CPU; otherwise marked ⚙."""
+    `margins`, marked ⚙ by what the count rests on, not by how it came out: a count of runs that
+    other float kernels can tip (the default) is always marked, even where this CPU's margins are
+    wide, or the mark would come and go between CPUs. `tipping`, for a claim settled by design, is
+    what other kernels can move a margin: a test pins every seed's margin above it, and the line
+    prints unmarked (marked should a margin here fall within it: that test fails too)."""
     k, n = holds(margins), len(margins)
     line = f"{text}: {seeds_text(k, n)}, {verdict(k, n)}"
     line += f"   (notes: {notes})" if notes else ""
@@ -357,10 +427,31 @@ def save_figure(fig, name: str, figures_dir: str | None):
         return None
     os.makedirs(figures_dir, exist_ok=True)
     path = os.path.join(figures_dir, f"{name}.png")
-    fig.savefig(path, dpi=110, bbox_inches="tight", metadata={"Software": None})
+    rendered = io.BytesIO()
+    fig.savefig(rendered, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
     plt.close(fig)
+    # a file with the same pixels stays as it is: `make all` on a clone rewrites only the figures
+    # that look different (PNG's compression may differ between builds of zlib and libpng)
+    if not _same_pixels(path, rendered):
+        with open(path, "wb") as f:
+            f.write(rendered.getvalue())
     print(f"[figure] {os.path.relpath(path, paths.ROOT) if path.startswith(paths.ROOT) else path}")
     return path
+
+
+def _same_pixels(path: str, rendered: io.BytesIO) -> bool:
+    """Whether the PNG at path exists and decodes to the same size, mode and pixels as
+    rendered."""
+    from PIL import Image
+    if not os.path.isfile(path):
+        return False
+    rendered.seek(0)
+    try:
+        with Image.open(path) as old, Image.open(rendered) as new:
+            return (old.size == new.size and old.mode == new.mode
+                    and old.tobytes() == new.tobytes())
+    except OSError:   # not a PNG we can read: write over it
+        return False
 
 
 def parse_args(doc: str, part_numbers, argv=None, seeds: int | None = None):
