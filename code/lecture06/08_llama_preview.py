@@ -524,8 +524,6 @@ STEPS, QUICK_STEPS, LR, BATCH = 160, 8, 3e-3, 8
 GQA_KV_HEADS, CONVERT_TO = 2, (4, 2, 1)   # the +GQA rung's; what the +RoPE rung is pooled to
 UPTRAIN_FRACTION = 0.1   # of the base run's steps (Ainslie et al. uptrain 5%), at its peak lr
 LONGER = (2, 4)                           # the lengths scored, in trained window lengths
-# a seed's margin within this many mnat/token may fall the other way on other float kernels
-LADDER_TIPPING = 10.0
 
 
 def trained_runs(args) -> dict:
@@ -581,36 +579,19 @@ def spread(values) -> str:
     return f"{np.median(values):.0f} ({min(values):.0f}–{max(values):.0f})"
 
 
-def has_margin(k: int, n: int) -> bool:
-    """Whether a count's verdict survives one seed fewer (seeds.md: a verdict word only with a
-    margin; at 5 seeds only 5 of 5 has one)."""
-    return common.verdict(k, n) == common.verdict(max(k - 1, 0), n) != "does not hold here"
-
-
-def claim_line(text: str, margins, tipping: float):
-    """common.count_line when the count has a margin; otherwise the count with no verdict word."""
+def effect_line(text: str, margins):
+    """A change's effect counted the way most seeds went (margin > 0: it lowered the excess at that
+    seed), worded by the one rule (common.verdict); where neither way counts even as "mostly", the
+    change makes no difference we can count. Trained runs: always ⚙ (common.count_line)."""
     k, n = common.holds(margins), len(margins)
-    if has_margin(k, n):
-        common.count_line(text, margins, tipping)
-        return
-    near = min(abs(m) for m in margins) <= tipping
-    line = f"{text}: {common.seeds_text(k, n)} (no verdict: one seed fewer would change it)"
-    (common.kernel_note if near else common.note)(line)
-
-
-def effect_line(text: str, margins, tipping: float):
-    """A change's effect counted both ways (margin > 0: it lowered the excess at that seed): the
-    way that holds with a margin, else both counts."""
-    k, n = common.holds(margins), len(margins)
-    if has_margin(k, n) or has_margin(n - k, n):
-        lowers = has_margin(k, n)
-        claim_line(f"{text} {'lowers' if lowers else 'raises'} the excess",
-                   margins if lowers else [-m for m in margins], tipping)
-        return
-    neither = common.verdict(k, n) == common.verdict(n - k, n) == "does not hold here"
-    line = (f"{text}: lower at {common.seeds_text(k, n)}, higher at {n - k}: "
-            + ("no difference we can count" if neither else "no verdict with a margin"))
-    (common.kernel_note if min(abs(m) for m in margins) <= tipping else common.note)(line)
+    lowers = 2 * k >= n
+    way = margins if lowers else [-m for m in margins]
+    if common.verdict(common.holds(way), n) == "does not hold here":
+        common.kernel_note(f"{text}: lower at {common.seeds_text(k, n)}, higher at {n - k}: no "
+                           "difference we can count")
+    else:
+        common.count_line(f"{text} {'lowers' if lowers else 'raises'} the excess (by a median "
+                          f"{abs(np.median(margins)):.0f} mnat/token)", way)
 
 
 def show_extrapolation(args):
@@ -625,17 +606,18 @@ def show_extrapolation(args):
     rows = [[names[name]] + [spread([r["excess"] for r in results])]
             + [spread([r["long_excess"][n] for r in results]) if results[0]["long_excess"]
                else "refuses" for n in lengths] for name, results in runs.items()]
-    common.table(rows, ["positions", f"at {SEQ_LEN} (trained)"] + [f"at {n}" for n in lengths],
+    common.table(rows, ["positions", f"at {SEQ_LEN} (trained)"]
+                 + [f"at {n} ({n // SEQ_LEN}× the trained)" for n in lengths],
                   disable_numparse=True, kernel_dependent=True)
     common.note(f"learned refuses: {runs['+SwiGLU'][0]['refusal']}\n"
                 "× sinusoidal: embeddings drawn N(0, 1), not 0.02, or the ±1 table drowns the "
                 "tokens")
     longest = lengths[-1]
-    claim_line(f"at {longest}, RoPE's excess is below sinusoidal's",
+    common.count_line(f"at {longest}, RoPE's excess is below sinusoidal's",
                       [s["long_excess"][longest] - r["long_excess"][longest]
-                       for s, r in zip(runs["sinusoidal"], runs["+RoPE"])], LADDER_TIPPING)
-    claim_line(f"RoPE's excess at {longest} is above its excess at {SEQ_LEN}",
-               [r["long_excess"][longest] - r["excess"] for r in runs["+RoPE"]], LADDER_TIPPING)
+                       for s, r in zip(runs["sinusoidal"], runs["+RoPE"])])
+    common.count_line(f"RoPE's excess at {longest} is above its excess at {SEQ_LEN}",
+                      [r["long_excess"][longest] - r["excess"] for r in runs["+RoPE"]])
 
 
 def show_gqa_conversion(args):
@@ -650,14 +632,14 @@ def show_gqa_conversion(args):
     rows = [[n_kv, spread([r["excess"] for r in runs]),
              spread([r["converted"][n_kv][0] for r in runs]),
              spread([r["converted"][n_kv][1] for r in runs])] for n_kv in CONVERT_TO]
-    common.table(rows, ["KV heads", "trained", "right after pooling", "after uptraining"],
+    common.table(rows, ["KV heads", "trained (median, range)", "right after pooling",
+                        "after uptraining"],
                  disable_numparse=True, kernel_dependent=True)
     full = CONVERT_TO[0]
     for n_kv in CONVERT_TO[1:]:
-        claim_line(f"{n_kv} KV head{'s' * (n_kv > 1)}, uptrained, stay above {full} "
-                   "uptrained alike",
-                   [r["converted"][n_kv][1] - r["converted"][full][1] for r in runs],
-                   LADDER_TIPPING)
+        common.count_line(f"{n_kv} KV head{'s' * (n_kv > 1)}, uptrained, stay above {full} "
+                          "uptrained alike",
+                          [r["converted"][n_kv][1] - r["converted"][full][1] for r in runs])
 
 
 def show_ladder(args):
@@ -670,7 +652,7 @@ def show_ladder(args):
                 "K, V save (RMSNorm and RoPE drop\ntheir few own).")
     rows = [[name, plan[name][0]["model"].get("middle_dim", 4 * plan[name][0]["model"]["n_embd"]),
              city_llama.parameter_count(plan[name][0]["model"])] for name in runs]
-    common.table(rows, ["rung", "FFN hidden", "parameters"])
+    common.table(rows, ["rung", "FFN hidden", "parameters"], intfmt=",")
     common.note("Test excess over the exact bound, mnat/token, per seed:")
     common.table([[name, spread([r["excess"] for r in results])]
                   + [f"{r['excess']:.0f}" for r in results] for name, results in runs.items()],
@@ -679,7 +661,7 @@ def show_ladder(args):
     names = list(runs)
     for previous, name in zip(names, names[1:]):
         effect_line(f"{name} (over {previous})", [p["excess"] - r["excess"] for p, r in
-                                                 zip(runs[previous], runs[name])], LADDER_TIPPING)
+                                                 zip(runs[previous], runs[name])])
     draw_ladder({name: [r["excess"] for r in results] for name, results in runs.items()},
                 common.seeds_of(args), args.figures)
 
