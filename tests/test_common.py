@@ -293,3 +293,12 @@ def test_a_count_of_runs_is_marked_whatever_its_margins_a_settled_one_is_not(cap
     common.count_line("settles", [500.0, 700.0, 600.0], tipping=100.0)
     assert capsys.readouterr().out.splitlines() == ["⚙ trains: 2 of 3 seeds, mostly",
                                                     "settles: 3 of 3 seeds, holds"]
+
+
+@pytest.mark.parametrize("margins, verdict", [([0.1, 0.2, 0.3], "holds"),
+                                              ([0.1, 0.2, -0.3], "mostly"),
+                                              ([-0.1, 0.2, -0.3], "fails")])
+def test_a_conclusion_is_worded_by_its_count(margins, verdict):
+    worded = common.worded(margins, "it holds", "it fails")
+    expected = {"holds": "it holds", "mostly": "mostly it holds", "fails": "it fails"}[verdict]
+    assert worded == expected

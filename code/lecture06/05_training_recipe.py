@@ -550,11 +550,11 @@ def checkpoint_averaging(seeds=(0, 1, 2), model_size: dict = CITY_MODEL, steps: 
                 jitter=first["jitter"])
 
 
-def averaging_vs_decay(r: dict, k: int = 5) -> list[float]:
-    """Per seed: what averaging the last k checkpoints gains over the last checkpoint, divided by
-    what decaying the lr gains (1: the same; the notes: "about as much")."""
+def averaging_and_decay_gains(r: dict, k: int = 5) -> list[tuple[float, float]]:
+    """Per seed: what averaging the last k checkpoints and what decaying the lr gain over the last
+    checkpoint, in mnat/token (their ratio 1: the same; the notes: "about as much")."""
     rows = {row["k"] or row["name"]: row for row in r["rows"]}
-    return [a / d for a, d in zip(rows[k]["vs_last"], rows["decayed"]["vs_last"])]
+    return [(-a, -d) for a, d in zip(rows[k]["vs_last"], rows["decayed"]["vs_last"])]
 
 
 def spread(values) -> tuple[float, float, float]:
@@ -642,8 +642,8 @@ def averaging_claims(r: dict) -> dict:
     decaying the lr: margin log ABOUT_AS_MUCH − |log ratio| of the two gains."""
     rows = {row["k"] or row["name"]: row for row in r["rows"]}
     claims = {key: [-d for d in rows[key]["vs_last"]] for key in (5, "decayed", r["n_checkpoints"])}
-    claims["about as much"] = [math.log(ABOUT_AS_MUCH) - abs(math.log(ratio)) if ratio > 0
-                               else -math.inf for ratio in averaging_vs_decay(r)]
+    claims["about as much"] = [math.log(ABOUT_AS_MUCH) - abs(math.log(a / d)) if a / d > 0
+                               else -math.inf for a, d in averaging_and_decay_gains(r)]
     return claims
 
 
@@ -669,9 +669,7 @@ def print_averaging_counts(r: dict):
 def gain_ratio_text(r: dict, k: int = 5) -> str:
     """Averaging's gain over the last checkpoint against decaying's, as a ratio where both gain;
     where one of them loses, a ratio (negative) reads wrongly: both numbers, in words."""
-    rows = {row["k"] or row["name"]: row for row in r["rows"]}
-    gains = {seed: (-a, -d) for seed, a, d in zip(r["seeds"], rows[k]["vs_last"],
-                                                   rows["decayed"]["vs_last"])}
+    gains = dict(zip(r["seeds"], averaging_and_decay_gains(r, k)))
     ratios = [a / d for a, d in gains.values() if a > 0 and d > 0]
     word = lambda gain: f"gains {gain:.0f}" if gain > 0 else f"loses {-gain:.0f}"
     texts = [f"at seed {seed} averaging {word(a)} and decaying {word(d)} mnat/token"
@@ -960,42 +958,37 @@ def print_generated_text(q: dict):
         common.kernel_note(f"{key + ':':<16} {continuation}")
 
 
-def _worded(margins, holds: str, fails: str) -> str:
-    """A claim's conclusion as its count over the seeds words it: `holds` where common.verdict
-    says "holds", "mostly " + holds where it says "mostly", `fails` otherwise."""
-    verdict = common.verdict(common.holds(margins), len(margins))
-    return {"holds": holds, "mostly": f"mostly {holds}"}.get(verdict, fails)
+# Part 6's conclusion, each piece worded by its claim's count: (if it holds, otherwise)
+CONCLUSIONS = {
+    "fewer_forbidden": (
+        "greedy decoding draws fewer of the impossible tokens than sampling at T = 1",
+        "greedy decoding does not draw fewer impossible tokens than sampling here"),
+    "repeats": ("pays in repetition", "does not pay in more repetition here"),
+    "beam_likelier": (
+        "beam search finds text the model finds likelier than greedy's",
+        "beam search does not find text the model finds likelier than greedy's here"),
+    "beam_repeats": ("and repeats itself more (the degeneration Holtzman et al. describe)",
+                     "yet does not repeat itself more than greedy here"),
+    "nucleus_derails_less": (
+        "nucleus sampling derails less than sampling at T = 1, cutting the tail of small "
+        "probabilities", "nucleus sampling does not derail less than sampling at T = 1 here")}
 
 
 def print_generation_claims(over_seeds: dict):
-    """generation_over_seeds' claims, each counted over the seeds, and a conclusion worded by the
-    counts."""
+    """generation_over_seeds' claims, each counted over the seeds, and the conclusion they word."""
     claims, seeds = over_seeds["claims"], over_seeds["seeds"]
     common.note(f"Over seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))} (each its own "
                 "model, its own sampling):")
     for key, (text, _) in GENERATION_CLAIMS.items():
         common.count_line(text, claims[key])
-    greedy = _worded(claims["fewer_forbidden"],
-                     "greedy decoding draws fewer of the impossible tokens than sampling at T = 1",
-                     "greedy decoding does not draw fewer impossible tokens than sampling here")
+    said = {key: common.worded(claims[key], *words) for key, words in CONCLUSIONS.items()}
     derailed, n = common.holds(claims["greedy_derails"]), len(seeds)
     derails = (f"its text still derails at {derailed} of {n} seed{'s' * (n > 1)}" if derailed
                else "its text never derails here")
-    repeats = _worded(claims["repeats"], "pays in repetition",
-                      "does not pay in more repetition here")
-    beam = _worded(claims["beam_likelier"],
-                   "beam search finds text the model finds likelier than greedy's",
-                   "beam search does not find text the model finds likelier than greedy's here")
-    beam_repeats = _worded(claims["beam_repeats"],
-                           "and repeats itself more (the degeneration Holtzman et al. describe)",
-                           "yet does not repeat itself more than greedy here")
-    nucleus = _worded(claims["nucleus_derails_less"],
-                      "nucleus sampling derails less than sampling at T = 1, cutting the tail of "
-                      "small probabilities",
-                      "nucleus sampling does not derail less than sampling at T = 1 here")
-    conclusion = f"So: {greedy} ({derails}) and {repeats};\n{beam}, {beam_repeats};\n{nucleus}."
-    # its wording reads the counts, which other float kernels can tip
-    common.kernel_note(conclusion)
+    conclusion = (f"So: {said['fewer_forbidden']} ({derails}) and {said['repeats']};\n"
+                  f"{said['beam_likelier']}, {said['beam_repeats']};\n"
+                  f"{said['nucleus_derails_less']}.")
+    common.kernel_note(conclusion)   # worded by counts, which other float kernels can tip
 
 
 SEEDS = 5   # the default of --seeds: how many seeds a training claim is counted over

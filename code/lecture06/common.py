@@ -343,6 +343,13 @@ def verdict(k: int, n: int) -> str:
     return "mostly" if k >= MOSTLY * n else "does not hold here"
 
 
+def worded(margins, if_it_holds: str, otherwise: str) -> str:
+    """A conclusion as a claim's count over the seeds words it: `if_it_holds` where verdict says
+    "holds", "mostly " + if_it_holds where it says "mostly", `otherwise` otherwise."""
+    word = verdict(holds(margins), len(margins))
+    return {"holds": if_it_holds, "mostly": f"mostly {if_it_holds}"}.get(word, otherwise)
+
+
 def seeds_text(k: int, n: int) -> str:
     """ "k of n seeds" """
     return f"{k} of {n} seed{'s' * (n != 1)}"
