@@ -1,5 +1,5 @@
 """Every script, run as a reader runs it (quick form, from another directory), but on other float
-kernels than the ones `make golden` used (torch's generic ones on two threads, another OpenBLAS core
+kernels than the ones `make golden` used (torch's generic ones on one thread, another OpenBLAS core
 type, MKL's compatible code path, numpy's own loops without AVX-512):
 - it prints the stored golden output: every line not marked ⏱ or ⚙, every digit as printed. The one
   run proves both that the script still prints what it printed and that its unmarked lines do not
@@ -26,11 +26,13 @@ from outputs import (SCRIPTS, differing_lines, golden_path, normalise, prints_nu
 
 def other_kernels() -> dict:
     """Environment for a run on other float kernels than this machine's defaults."""
-    # torch's generic C++ kernels instead of AVX2/AVX-512/NEON ones; torch on two threads where a
-    # script leaves it its default (training pins one). numpy's BLAS stays on threads.py's one: on
-    # two cores, two BLAS threads in each of two training workers spin on each other (07's run took
-    # 18 s of CPU instead of 7.5)
-    env = {"ATEN_CPU_CAPABILITY": "default", "OMP_NUM_THREADS": "2"}
+    # torch's generic C++ kernels instead of AVX2/AVX-512/NEON ones; torch on one thread where a
+    # script leaves it its default (one per core: another split of its reductions; training pins
+    # one). Two threads spun against the other xdist worker's run: 1 thread took 9-12 s less CPU
+    # over the quick runs (03, 05, 06 most). numpy's BLAS stays on threads.py's one: on two cores,
+    # two BLAS threads in each of two training workers spin on each other (07's run took 18 s of
+    # CPU instead of 7.5)
+    env = {"ATEN_CPU_CAPABILITY": "default", "OMP_NUM_THREADS": "1"}
     # a kernel choice the machine's own setup made (for a CPU that needs it) stays
     env.update({name: value for name, value in other_library_kernels().items()
                 if name not in os.environ})
