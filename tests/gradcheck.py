@@ -11,7 +11,7 @@ the fourth-order one's is h⁴f⁽⁵⁾/30, far below rounding.
 """
 import numpy as np
 
-from tensor import Tensor
+from tensor import Tensor, no_grad
 
 H = 1e-4          # rounding ~eps/h ~ 2e-12; truncation ~h⁴ ~ 1e-16
 RTOL = 1e-6
@@ -62,7 +62,8 @@ def check_gradients(f, leaves, rtol: float = RTOL, seed: int = 0):
     def shifted(leaf, index, step):
         old = leaf.data[index]
         leaf.data[index] = old + step
-        value = f().data.copy()              # copy: f may return a view of the leaf
+        with no_grad():   # the same values; no graph kept for a backward that never comes
+            value = f().data.copy()          # copy: f may return a view of the leaf
         leaf.data[index] = old
         return value
 

@@ -14,6 +14,7 @@ import common
 import tensor
 import transformer
 from conftest import load_script
+from outputs import section
 
 s03 = load_script("03_hw3_modules")
 
@@ -234,6 +235,7 @@ def test_encoder_decoder_generation_encodes_once_one_pass_per_token_and_stops_at
 def part6_printed() -> str:
     """Part 6's quick output, printed once for the tests that read it (~3 s a run)."""
     printed = io.StringIO()
+    common.seed_everything(0)   # as common.main does before each part
     with contextlib.redirect_stdout(printed):
         s03.show_encoder_decoder(argparse.Namespace(quick=True, seed=0, figures=None))
     return printed.getvalue()
@@ -297,20 +299,25 @@ def test_rounding_level_values_print_as_bounds():
     assert common.at_most(2e-13, 1e-13) == "2.0e-13, MORE than the 1e-13 of rounding"
 
 
-def test_script_runs_and_is_deterministic(capsys, tmp_path):
-    outputs = []
-    # draw once: the figure is the slow bit
-    for figures in (["--figures", str(tmp_path)], ["--no-figures"]):
-        common.main(s03.__doc__, s03.PARTS, argv=["--quick"] + figures)
-        outputs.append(capsys.readouterr().out)
-    # part 7's ⏱ lines differ run to run
-    untimed = [[line for line in out.splitlines()
-                if not line.startswith(("[figure]", common.TIMER))]
-               for out in outputs]
-    assert untimed[0] == untimed[1]
-    assert all(f"Part {k} ·" in outputs[0] for k in s03.PARTS)
+def test_script_runs_every_part_draws_and_repeats_its_kernel_digits(capsys, tmp_path,
+                                                                    part6_printed):
+    """The whole quick run, with figures (test_outputs checks its unmarked lines, on other
+    kernels); its ⚙ lines, all in parts 4 and 6, repeat bit for bit on this machine: part 4 run
+    again, part 6 as part6_printed printed it."""
+    common.main(s03.__doc__, s03.PARTS, argv=["--quick", "--figures", str(tmp_path)])
+    printed = capsys.readouterr().out
+    assert all(f"Part {k} ·" in printed for k in s03.PARTS)
     assert (tmp_path / "03_op_counts.png").exists() and (tmp_path / "03_fusion.png").exists()
-    assert sum(line.startswith(common.TIMER) for line in outputs[0].splitlines()) == 3
+    assert sum(line.startswith(common.TIMER) for line in printed.splitlines()) == 3
+    marked = {part for part in s03.PARTS
+              if any(common.KERNELS in line for line in section(printed, part))}
+    assert marked == {4, 6}
+    common.seed_everything(0)
+    s03.show_parity(argparse.Namespace(quick=True, seed=0, figures=None))
+    again = {4: capsys.readouterr().out, 6: part6_printed}
+    for part, printed_again in again.items():   # (the next part's header adds a blank line)
+        assert ("\n".join(section(printed, part)).rstrip()
+                == "\n".join(section(printed_again, part)).rstrip())
 
 
 # ---- part 7 · beyond the notes: what fusion buys
