@@ -26,7 +26,6 @@ import city_lab
 import city_llama
 import llama
 import llama_ref
-import runner
 import tensor
 import torch_ref
 import transformer
@@ -550,14 +549,14 @@ def trained(args, names) -> dict:
     """{name: [run results, one per seed]} for the named entries of trained_runs."""
     plan = trained_runs(args)
     runs = [run for name in names for run in plan[name]]
-    results = iter(runner.map(city_llama.run, runs))
+    results = iter(city_llama.run_many(runs))
     return {name: [next(results) for _ in plan[name]] for name in names}
 
 
 def ahead(*names):
     """common.main's train_ahead entry for a part that asks for these runs."""
-    return lambda args: (city_llama.run, [run for name in names
-                                          for run in trained_runs(args)[name]])
+    return lambda args: city_llama.planned([run for name in names
+                                            for run in trained_runs(args)[name]])
 
 
 def setup_line(args) -> str:

@@ -12,6 +12,7 @@ data, so that runner.map can spread runs over the cores and keep their results:
     result["long_excess"]         # {64: ..., 128: ...}: windows longer than any trained on
     result["refusal"]             # instead, the model's one-line reason (learned positions)
     result["converted"]           # {2: (right after mean-pooling K, V heads, after uptraining)}
+    results = run_many([dict(model=..., training=...), ...])    # run() each, on every core
 
 The ladder goes from the notes' Pre-LN GPT (LayerNorm, GELU, learned positions, as many KV heads as
 query heads) to a LLaMA-style model one change at a time, at matched parameter count: SwiGLU's
@@ -30,6 +31,7 @@ import torch
 
 import city_train
 import llama_ref
+import runner
 from city_lab import N_TEST, SEQ_LEN, TEST_SEED, V, sample
 
 RUNGS = ("GPT", "+RMSNorm", "+SwiGLU", "+RoPE", "+GQA")
@@ -142,3 +144,15 @@ def run(model: dict, training: dict, long_lengths=(), long_count: int = N_TEST, 
                                      seed=training.get("seed", 0) + UPTRAIN_SEEDS)
         result["converted"][n_kv_heads] = (right_after, uptrained.final_excess)
     return result
+
+
+def planned(runs: list) -> tuple:
+    """(function, [arguments]) that run_many(runs) hands runner.map: what a script passes
+    common.main's train_ahead, so that the runs start before the part that asks for them."""
+    return run, list(runs)
+
+
+def run_many(runs: list) -> list:
+    """[run(**r) for r in runs]: the same results in the same order, the runs side by side on the
+    machine's cores (runner.py), each once per process."""
+    return runner.map(run, runs)
