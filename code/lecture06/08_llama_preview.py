@@ -88,8 +88,8 @@ class KernelLog(TorchDispatchMode):
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
-        # torch's documented switch; left on, the first op imports torch._dynamo (seconds of CPU)
-        # to guard a compilation that never happens here
+        # TorchDispatchMode's own hook (torch 2.13, not a public API): left at its default, the
+        # first op imports torch._dynamo (seconds of CPU) to guard a compilation never made here
         return False
 
     def __init__(self):
@@ -171,26 +171,32 @@ def show_norm_reductions(args):
             common.note(f"  {norm:9} {direction:8} {count:2} kernel{'s' * (count != 1)}, row "
                         f"reductions {k['row']}, sums over rows {k['rows']}: "
                         f"{' '.join(k['kernels'])}")
-    common.note("torch's LayerNorm is one fused kernel each way: forward, its two row statistics "
-                "(mean, 1/σ) come out of native_layer_norm; backward, native_layer_norm_backward "
-                "sums each row inside, where no counter sees it (tensor.py's graph shows the two)")
+    fused = [len(twins["LayerNorm"][way]["kernels"]) for way in ("forward", "backward")]
+    if fused == [1, 1]:
+        common.note("torch's LayerNorm is one fused kernel each way: forward, its two row "
+                    "statistics (mean, 1/σ) come out of native_layer_norm; backward, "
+                    "native_layer_norm_backward sums each row inside, where no counter sees it "
+                    "(tensor.py's graph shows the two)")
     layer, rms = ours["LayerNorm"], ours["RMSNorm"]
     common.note(f"a row is reduced {layer['forward_row']} times forward and "
                 f"{layer['backward_row']} backward under LayerNorm, {rms['forward_row']} and "
                 f"{rms['backward_row']} under RMSNorm (notes: 'RMSNorm 少一次归约', one reduction "
                 "fewer)")
-    show_norm_times(args, n_rows=32 * 16, dim=dim)
+    show_norm_times(args, n_rows=32 * 16, dim=dim, twins=twins)
 
 
-def show_norm_times(args, n_rows: int, dim: int):
+def show_norm_times(args, n_rows: int, dim: int, twins: dict):
     times = norm_times(n_rows, dim, repeats=5 if args.quick else 50, budget=0.5, seed=args.seed)
     for engine in ("tensor_py", "torch"):
         layer, rms = (times[norm][engine][1] for norm in NORMS)
         common.timing(f"{engine.replace('_', '.'):9} forward + backward over ({n_rows}, {dim}), "
                       f"CPU time: LayerNorm {1e6 * layer:.0f} µs, RMSNorm {1e6 * rms:.0f} µs, "
                       f"{rms / layer:.2f} of it (Zhang & Sennrich: 0.36-0.93)")
-    common.timing("(torch's RMSNorm twin is composed, 6 kernels forward; its LayerNorm is 1 fused "
-                  "kernel each way)")
+    kernels = {norm: [len(r[way]["kernels"]) for way in ("forward", "backward")]
+               for norm, r in twins.items()}
+    common.timing(f"(torch's RMSNorm twin is composed, {kernels['RMSNorm'][0]} kernels forward and "
+                  f"{kernels['RMSNorm'][1]} backward; its LayerNorm {kernels['LayerNorm'][0]} "
+                  f"forward and {kernels['LayerNorm'][1]} backward)")
 
 
 # ---- Part 2 · §14, SwiGLU -----------------------------------------------------------------------
@@ -357,9 +363,11 @@ def layout_permutation(n_embd: int, n_head: int, seq_len: int, seed: int = 0) ->
 
 def show_rope_relative(args):
     head_dim = CITY_WIDTH["n_embd"] // CITY_WIDTH["n_head"]
-    r = rope_relative(head_dim, n_positions=64, seed=args.seed)
-    common.note(f"a random query q and key k (Dh = {head_dim}) at positions m, n < 64: the score's "
-                "spread (max − min) over the pairs with the same m − n, largest over m − n")
+    n_positions = 64
+    r = rope_relative(head_dim, n_positions, seed=args.seed)
+    common.note(f"a random query q and key k (Dh = {head_dim}) at positions m, n < {n_positions}: "
+                "the score's spread (max − min) over the pairs with the same m − n, largest over "
+                "m − n")
     common.table([["RoPE: q turned by m · k turned by n",
                    common.at_most(r["largest"]["rope"], 1e-12)],
                   ["sinusoidal added: (q + PE(m)) · (k + PE(n))",
