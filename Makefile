@@ -28,17 +28,25 @@ venv:  ## make .venv (only); make venv PYTHON=python3.12 makes it again with tha
 
 # figures/NN_output.txt (committed) is the script's output without its ⏱ lines, the wall-clock times
 # that differ on every run; the full output, ⏱ lines included, goes to figures/timed/NN_output.txt
-# (not committed).
+# (not committed). 01, 02, 03 and 06 compute in one process: they run two at a time, a core each
+# (their ⏱ lines timed with no other process on their core); 04, 05, 07 and 08 train on every core,
+# so they run one at a time. One at a time throughout took 187 s on 2 cores (DEVELOPING.md).
+RUNS := $(SCRIPTS:code/lecture06/%.py=run-%)
+ONE_PROCESS := $(filter run-01_% run-02_% run-03_% run-06_%,$(RUNS))
+.PHONY: $(RUNS)
+
 all: venv  ## run every script: figures/*.png, figures/NN_output.txt (⏱ timings in figures/timed/)
 	@mkdir -p $(TIMED)
-	@for s in $(SCRIPTS); do \
-	  n=$$(basename $$s | cut -c1-2); \
+	@$(MAKE) --no-print-directory -j2 $(ONE_PROCESS)
+	@$(MAKE) --no-print-directory -j1 $(filter-out $(ONE_PROCESS),$(RUNS))
+
+$(RUNS): run-%:
+	@n=$$(echo $* | cut -c1-2); s=code/lecture06/$*.py; \
 	  echo "== $$s (its tables: figures/$${n}_output.txt)"; \
 	  $(PY) $$s --figures figures > $(TIMED)/$${n}_output.txt \
 	    || { echo "$$s failed; its output so far: $(TIMED)/$${n}_output.txt" >&2; exit 1; }; \
 	  sed '/^[[:space:]]*⏱/d' $(TIMED)/$${n}_output.txt > figures/$${n}_output.txt; \
-	  grep '^[[:space:]]*⏱' $(TIMED)/$${n}_output.txt || true; \
-	done
+	  grep '^[[:space:]]*⏱' $(TIMED)/$${n}_output.txt | sed "s/^/$$n /"
 
 figures: all  ## same as all: every figure is written by its script
 

@@ -137,6 +137,20 @@ def test_piped_stderr_gets_neither_the_parts_nor_a_progress_bar():
 
 
 SCRIPTS = sorted(glob.glob(os.path.join(LECTURE06, "0[1-9]_*.py")))
+
+
+def test_make_all_runs_two_at_a_time_only_the_scripts_that_train_on_no_other_core():
+    """Two of them share the 2 cores one each; a script that trains runs alone, its workers on
+    every core (and the ⏱ lines of both kinds are timed with no other process on their core)."""
+    with open(os.path.join(LECTURE06, "..", "..", "Makefile"), encoding="utf-8") as f:
+        line = next(line for line in f if line.startswith("ONE_PROCESS :="))
+    paired = {word[len("run-"):len("run-") + 2] for word in line.split() if word.startswith("run-")}
+    one_process = set()
+    for path in SCRIPTS:
+        with open(path, encoding="utf-8") as f:
+            if not any(name in f.read() for name in ("train_ahead", "train_many", "run_many")):
+                one_process.add(os.path.basename(path)[:2])
+    assert paired == one_process == {"01", "02", "03", "06"}
 HELP_AND_MODULES = """
 import os, resource, runpy, sys
 sys.argv = [{path!r}, "--help"]
