@@ -521,10 +521,9 @@ def _show_progress(number: int, count: int):
     """Which part runs, on the screen: `make all` sends the tables to a file and stderr to the
     screen. Only there: the committed outputs and the tests' captures never see it, and a reader
     whose tables come to the terminal sees each part's header instead."""
-    script = os.path.basename(sys.argv[0])   # make all runs 01, 02, 03 and 06 two at a time
-    runner.progress_label = f"{script}: part {number}"   # the progress bar's, while runs train
+    runner.progress_label = f"part {number}"   # the progress bar's, while runs train
     if sys.stderr.isatty() and not sys.stdout.isatty():
-        sys.stderr.write(f"{script}: part {number} of {count}\n")
+        sys.stderr.write(f"{os.path.basename(sys.argv[0])}: part {number} of {count}\n")
 
 
 def _run_parts(doc: str, parts: dict, args, uses_torch: bool, train_ahead: dict):
