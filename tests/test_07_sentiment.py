@@ -6,6 +6,8 @@ sentiment_train.train_many keeps them, so each is trained once per process. Marg
 well above what other float kernels change: OPENBLAS_CORETYPE=Sandybridge against Haswell moves a
 trained model's logits by up to 1e-4 and its attention by 1e-5.
 """
+import re
+
 import numpy as np
 import pytest
 
@@ -176,20 +178,22 @@ def test_run_prints_every_part_and_draws(sentiment, results, tmp_path, capsys):
     common.main(sentiment.__doc__, sentiment.PARTS, ["--figures", str(tmp_path), "--seeds", "3"],
                 seeds=sentiment.SEEDS)   # the fixtures' models, kept by sentiment_train
     out = capsys.readouterr().out
-    for text in ("Part 1", "Part 2", "Part 3", "max difference over 20 steps",
-                 "with learned positions, contrast all correct: 3 of 3 seeds",
-                 "gets the most attention: 3 of 3 seeds"):
+    for text in ("Part 1", "Part 2", "Part 3", "max difference over 20 steps"):
         assert text in out
+    # counts on trained runs, held with a margin one seed that tips on another CPU cannot break
+    for claim in ("with learned positions, contrast all correct", "gets the most attention"):
+        held = re.search(re.escape(claim) + r": (\d) of 3 seeds", out)
+        assert held and int(held.group(1)) >= 2, claim
     k = sum(but_second_by_hand(sentiment, SEEDS))
     assert f"position 4 ('but') gets the second most: {k} of 3 seeds" in out
     # words and integers on unmarked lines, the float kernels' digits on ⚙ lines
     lines = [" ".join(line.split()) for line in out.splitlines()]
     assert ("position, word 0 the 1 plot 2 was 3 good 4 but 5 the 6 acting 7 was 8 bad"
             in lines)
-    # a trained Transformer's rows are marked whatever their margins: so on any CPU
-    assert "⚙ Transformer, learned positions 100.0% 100.0% 100.0%" in lines
-    assert "⚙ Transformer, no positions 100.0% 100.0% 50.0%" in lines
-    assert "⚙ 0 8 'bad' 4 'but' 0 'the' 2nd negative" in lines
-    assert "⚙ 1 8 'bad' 2 'was' 3 'good' 7th negative" in lines
+    # a trained Transformer's rows are marked whatever their margins (their digits may differ on
+    # another CPU; the mark does not)
+    for row in ("Transformer, learned positions ", "Transformer, no positions ", "0 ", "1 ", "2 "):
+        assert any(line.startswith("⚙ " + row) for line in lines), row
+        assert not any(line.startswith(row) for line in lines), row
     assert all(line.startswith("⚙") for line in lines if "e-16" in line or "0.394" in line)
     assert (tmp_path / "07_accuracy.png").exists() and (tmp_path / "07_attention.png").exists()

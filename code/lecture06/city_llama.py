@@ -29,6 +29,7 @@ import functools
 import numpy as np
 import torch
 
+import city_lab
 import city_train
 import llama_ref
 import runner
@@ -96,10 +97,9 @@ def ladder(n_layers: int, n_embd: int, n_head: int, n_kv_heads: int) -> list[tup
 def long_windows(seq_len: int, n_windows: int = N_TEST):
     """n_windows fresh windows of seq_len targets with their exact probabilities (a CityBatch):
     the bound is exact at any length, since city_lab knows p(next token | every token before)."""
-    windows = sample(n_windows, np.random.default_rng([TEST_SEED, LONG_STREAM, seq_len]), seq_len)
-    for array in (windows.x, windows.y, windows.p_y):   # cached: shared by every caller
-        array.flags.writeable = False
-    return windows
+    # cached: shared by every caller, so read-only as the test set is
+    return city_lab._read_only(
+        sample(n_windows, np.random.default_rng([TEST_SEED, LONG_STREAM, seq_len]), seq_len))
 
 
 def pooled_kv_heads(model, settings: dict, n_kv_heads: int):
@@ -125,6 +125,9 @@ def run(model: dict, training: dict, long_lengths=(), long_count: int = N_TEST, 
     """Train build_model(**model) by city_train.train(**training) and score it: see the module's
     docstring. The uptraining after a conversion: uptrain_steps at uptrain_lr decaying linearly to
     0, on batches the base run never saw."""
+    if long_count < 1 or any(length < 1 for length in long_lengths):
+        raise ValueError(f"run: long_count and every long length must be at least 1, got "
+                         f"long_count={long_count}, long_lengths={list(long_lengths)}")
     net = build_model(**model)
     trained = city_train.train(net, **training)
     result = dict(excess=trained.final_excess, long_excess={}, refusal=None, converted={})

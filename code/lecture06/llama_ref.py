@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import paths  # noqa: F401  (makes lecture 5's tensor.py importable)
+import llama
 import torch_ref
 from tensor import MASK_VALUE
 from torch_ref import DTYPE, Dropout, FeedForward, LayerNorm, Linear
@@ -165,6 +166,10 @@ class DecoderLM(torch_ref.DecoderLM):
                  positions: str = "learned", n_kv_heads: int | None = None,
                  middle_dim: int | None = None, rope_layout: str = "rotate_half",
                  rope_base: float = 10000.0):
+        # as llama.DecoderLM refuses them: torch_ref would build no positions for a misspelt one
+        for name, value, choices in (("positions", positions, llama.POSITIONS),
+                                     ("norm", norm, llama.NORMS), ("ffn", ffn, llama.FFNS)):
+            llama.check_choice("llama_ref.DecoderLM", name, value, choices)
         super().__init__(n_vocab, n_embd, n_head, n_positions, n_layers=0, p_dropout=p_dropout,
                          ln_eps=ln_eps, bias=bias, tie_weights=tie_weights, positions=positions)
         self.layers = nn.ModuleList(
