@@ -31,6 +31,8 @@ def test_seeds_that_run_past_numpys_range_or_none_are_refused_naming_what_to_pas
     assert ("--seed 4294967295 --seeds 2 would run past the largest seed, 4294967295: pass a "
             "smaller --seed or fewer --seeds") in refused(capsys, ["--seed", "4294967295",
                                                                     "--seeds", "2"])
+    # the default --seeds (3 here) counts too
+    assert "--seed 4294967295 --seeds 3 would run past" in refused(capsys, ["--seed", "4294967295"])
     for count in ("0", "-1", "2.5", "x"):
         [line] = [line for line in refused(capsys, ["--seeds", count]).splitlines()
                   if "error" in line]

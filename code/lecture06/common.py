@@ -133,13 +133,16 @@ def _parser(doc: str | None, part_numbers, seeds: int | None) -> argparse.Argume
     return parser
 
 
-def _parse(parser: argparse.ArgumentParser, argv) -> argparse.Namespace:
-    """The arguments, or one line saying what was wrong and what to pass (argparse's exit 2)."""
+def _parse(parser: argparse.ArgumentParser, argv, seeds: int | None) -> argparse.Namespace:
+    """The arguments, or one line saying what was wrong and what to pass (argparse's exit 2).
+    seeds: the default of --seeds (parse_args), filled in before the range is checked."""
     args = parser.parse_args(argv)
     if args.no_figures and args.figures is not None:
         parser.error("--figures DIR writes figures and --no-figures draws none: pass one of them")
+    if seeds is not None and args.seeds is None:
+        args.seeds = 1 if args.quick else seeds
     last = 2 ** 32 - 1   # numpy's largest seed
-    if getattr(args, "seeds", None) is not None and args.seed + args.seeds - 1 > last:
+    if seeds is not None and args.seed + args.seeds - 1 > last:
         parser.error(f"--seed {args.seed} --seeds {args.seeds} would run past the largest seed, "
                      f"{last}: pass a smaller --seed or fewer --seeds")
     return args
@@ -157,7 +160,8 @@ def _answer_the_command_line_now():
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
             signal.signal(signal.SIGINT, _interrupted)
         if part_lines(doc):
-            _parse(_parser(doc, part_lines(doc), declared_seeds(doc)), sys.argv[1:])
+            seeds = declared_seeds(doc)
+            _parse(_parser(doc, part_lines(doc), seeds), sys.argv[1:], seeds)
 
 
 def _interrupted(*_):
@@ -464,9 +468,7 @@ def _same_pixels(path: str, rendered: io.BytesIO) -> bool:
 def parse_args(doc: str, part_numbers, argv=None, seeds: int | None = None):
     """The command line. seeds: the default of --seeds, for a script that measures a training claim
     over seeds; None: the script has no such claim, and no --seeds option."""
-    args = _parse(_parser(doc, part_numbers, seeds), argv)
-    if seeds is not None and args.seeds is None:
-        args.seeds = 1 if args.quick else seeds
+    args = _parse(_parser(doc, part_numbers, seeds), argv, seeds)
     if args.no_figures or (args.quick and args.figures is None):
         args.figures = None
     elif args.figures is None:
