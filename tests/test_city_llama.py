@@ -8,8 +8,6 @@ import pytest
 import torch
 
 import city_llama
-import common
-from conftest import load_script
 
 TOY = dict(n_layers=1, n_embd=16, n_head=4)
 TOY_TRAINING = dict(steps=3, lr=3e-3, eval_every=None, seed=1)
@@ -77,53 +75,3 @@ def test_long_windows_hold_their_exact_probabilities():
 def test_bad_kv_head_counts_are_refused_by_name():
     with pytest.raises(ValueError, match=r"n_head \(4\) must be a multiple of n_kv_heads \(3\)"):
         city_llama.build_model(**TOY, n_kv_heads=3)
-
-
-# ---- the claims, over 10 seeds of 08's full runs (make seeds) -----------------------------------
-def ladder_over_ten_seeds():
-    script = load_script("08_llama_preview")
-    args = common.parse_args(script.__doc__, script.PARTS, ["--seeds", "10", "--no-figures"],
-                             seeds=5)
-    return script, script.trained(args, (*city_llama.RUNGS, "sinusoidal"))
-
-
-def margins(runs, better: str, worse: str, key=lambda r: r["excess"]):
-    """Per seed, how much lower `better`'s excess is than `worse`'s (> 0: it is lower)."""
-    return [key(w) - key(b) for b, w in zip(runs[better], runs[worse])]
-
-
-@pytest.mark.seeds
-def test_rope_lowers_the_excess_at_most_seeds_and_rmsnorm_and_swiglu_make_no_clear_difference():
-    """Measured over seeds 0-9 (AMD EPYC Zen 3): RoPE lower than learned positions at 9 of 10,
-    asserted as at least 6 (seeds.md: a 0.16% tail at p = 0.9). RMSNorm lower at 5 of 10 (median
-    margin 1 mnat) and SwiGLU at 6 of 10 (median 8): asserted as neither way at 9 or more, where
-    one tipping seed cannot reach."""
-    _, runs = ladder_over_ten_seeds()
-    assert common.holds(margins(runs, "+RoPE", "+SwiGLU")) >= 6
-    for better, worse in (("+RMSNorm", "GPT"), ("+SwiGLU", "+RMSNorm")):
-        assert 2 <= common.holds(margins(runs, better, worse)) <= 8, (better, worse)
-        assert abs(np.median(margins(runs, better, worse))) < 30, (better, worse)
-
-
-@pytest.mark.seeds
-def test_gqa_at_equal_parameters_costs_some_excess_and_rope_extrapolates_better_than_sinusoids():
-    """Measured over seeds 0-9: +GQA (2 KV heads, matched parameters) above +RoPE (4) at 8 of 10,
-    asserted as at least 5 (its direction only, a "mostly"); at 4x the trained length RoPE below
-    sinusoidal positions and above its own excess at the trained length at 10 of 10, asserted as
-    at least 6."""
-    _, runs = ladder_over_ten_seeds()
-    assert common.holds(margins(runs, "+RoPE", "+GQA")) >= 5
-    longest = lambda r: r["long_excess"][128]   # noqa: E731
-    assert common.holds(margins(runs, "+RoPE", "sinusoidal", longest)) >= 6
-    assert common.holds([longest(r) - r["excess"] for r in runs["+RoPE"]]) >= 6
-
-
-@pytest.mark.seeds
-def test_mean_pooled_kv_heads_recover_with_uptraining_but_stay_above_the_multi_head_model():
-    """Measured over seeds 0-9: after uptraining, 2 and 1 KV heads are below their excess right
-    after pooling and above the 4-head model uptrained alike at 10 of 10; asserted as at least 6."""
-    _, runs = ladder_over_ten_seeds()
-    for n_kv in (2, 1):
-        converted = [r["converted"] for r in runs["+RoPE"]]
-        assert common.holds([c[n_kv][0] - c[n_kv][1] for c in converted]) >= 6
-        assert common.holds([c[n_kv][1] - c[4][1] for c in converted]) >= 6

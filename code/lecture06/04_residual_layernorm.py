@@ -8,8 +8,8 @@ Part 4 · §5.4 Post-LN vs Pre-LN: training with and without warmup
 Serves notes §5.2 (part 1), §5.3 (part 2) and §5.4 (parts 3 and 4). Parts 1-3 measure at
 initialisation; part 4 trains 6-layer models on the city language (city_train.py): the three
 configurations whose fate is the same at every seed (both placements at the small lr, Post-LN
-without warmup at the large one) at 3 seeds for 75 steps, and the two whose comparison needs the
-spread at --seeds seeds (default 5) for 400, and counts at how many seeds each claim holds.
+without warmup at the large one) at 5 seeds for 75 steps, and the two whose comparison needs the
+spread at --seeds seeds (default 8) for 400, and decides each claim over the seeds it ran.
 
     python code/lecture06/04_residual_layernorm.py [--part N] [--seed S] [--seeds N] [--quick]
 """
@@ -448,9 +448,10 @@ CONTESTED = (("Post-LN", LARGE_LR, WARMUP), ("Pre-LN", LARGE_LR, 0))
 # at step 50 the small-lr runs were still within 11% of the bigram model).
 SETTLED = (("Post-LN", SMALL_LR, 0), ("Pre-LN", SMALL_LR, 0), ("Post-LN", LARGE_LR, 0))
 CONFIGS = SETTLED + CONTESTED
-CONTESTED_STEPS, SETTLED_STEPS, SETTLED_SEEDS, QUICK_STEPS = 400, 75, 3, 100
+# The settled ones run at the fewest seeds the rule can decide a claim at (5: all of one sign).
+CONTESTED_STEPS, SETTLED_STEPS, SETTLED_SEEDS, QUICK_STEPS = 400, 75, common.FEWEST_SEEDS, 100
 # A final excess that other float kernels move by less than this (mnat/token) at a settled
-# configuration: its count is the same on any CPU. The contested ones can tip at any seed.
+# configuration (the tests pin every seed's margin above it): no seed of theirs tips.
 SETTLED_TIPPING = 100.0
 
 
@@ -544,8 +545,9 @@ def runs_by_config(r) -> dict:
 
 def stability_claims(r) -> dict:
     """§5.4's statements for the configurations run, each as its margin at every seed (> 0 where
-    it holds): "trains" bigram − final, "fails" final − 0.9·unigram (mnat/token), "climbs more"
-    Post-LN's climb − Pre-LN's at the same seed."""
+    it holds): "trains" bigram − final, "fails" final − 0.9·unigram (mnat/token); at the same seed,
+    "climbs more" warmed-up Post-LN's climb − Pre-LN's (percentage points), "ends lower" its final
+    excess − Pre-LN's (mnat/token)."""
     unigram, bigram = r["baselines"]["unigram"], r["baselines"]["bigram"]
     by, claims = runs_by_config(r), {}
     for (placement, lr, warmup), runs in by.items():
@@ -554,8 +556,9 @@ def stability_claims(r) -> dict:
                                                   for run in runs.values()]
     post, pre = by.get(CONTESTED[0]), by.get(CONTESTED[1])
     if post and pre:
-        claims["climbs more"] = [post[s]["climb"] - pre[s]["climb"]
-                                 for s in sorted(set(post) & set(pre))]
+        both = sorted(set(post) & set(pre))
+        claims["climbs more"] = [100 * (post[s]["climb"] - pre[s]["climb"]) for s in both]
+        claims["ends lower"] = [post[s]["final"] - pre[s]["final"] for s in both]
     return claims
 
 
@@ -694,47 +697,53 @@ def _print_over_seeds(r):
 
 
 def stability_summary(r) -> list:
-    """§5.4's statements, each a function that prints its count of seeds and its verdict (only for
-    the configurations run)."""
+    """§5.4's statements, each a function that prints its count of seeds, its verdict and its
+    effect (only for the configurations run)."""
     claims, lines = stability_claims(r), []
 
-    def claim(text, key, tipping=math.inf):
+    def claim(text, key, unit="mnat/token"):
         if key in claims:
-            lines.append(lambda: common.count_line(text, claims[key], tipping))
+            lines.append(lambda: common.count_line(text, claims[key], unit))
     post, pre = CONTESTED
+    below_bigram = "mnat/token below the bigram model"
     claim(f"lr {SMALL_LR:g}: Post-LN trains (ends below the bigram model)",
-          ("trains", "Post-LN", SMALL_LR, 0), SETTLED_TIPPING)
-    claim(f"lr {SMALL_LR:g}: Pre-LN trains", ("trains", "Pre-LN", SMALL_LR, 0), SETTLED_TIPPING)
+          ("trains", "Post-LN", SMALL_LR, 0), below_bigram)
+    claim(f"lr {SMALL_LR:g}: Pre-LN trains", ("trains", "Pre-LN", SMALL_LR, 0), below_bigram)
     claim(f"lr {LARGE_LR:g} without warmup: Post-LN stays at the unigram level (ends above 0.9× "
-          "its excess)", ("fails", "Post-LN", LARGE_LR, 0), SETTLED_TIPPING)
-    claim(f"lr {LARGE_LR:g} without warmup: Pre-LN trains", ("trains", *pre))
-    claim(f"lr {LARGE_LR:g} after {WARMUP} warmup steps: Post-LN trains", ("trains", *post))
+          "its excess)", ("fails", "Post-LN", LARGE_LR, 0), "mnat/token above 0.9× it")
+    claim(f"lr {LARGE_LR:g} without warmup: Pre-LN trains", ("trains", *pre), below_bigram)
+    claim(f"lr {LARGE_LR:g} after {WARMUP} warmup steps: Post-LN trains", ("trains", *post),
+          below_bigram)
     claim("... but unstably: its held-out loss climbs back further than Pre-LN's (no warmup)",
-          "climbs more")
-    by = runs_by_config(r)
-    if post in by and pre in by and len(by[post]) > 1:
+          "climbs more", "points of climb (Post-LN's − Pre-LN's, in %)")
+    claim("Pre-LN without warmup ends lower than warmed-up Post-LN", "ends lower",
+          "mnat/token (Post-LN's final excess − Pre-LN's)")
+    if len(claims.get("ends lower", [])) > 1:
         lines.append(lambda: common.kernel_note(ending_text(r)))
+    if failed_over_trained(r, r):
+        lines.append(lambda: print_failed_over_trained(r))
     return lines
 
 
+def print_failed_over_trained(r):
+    """How many times Pre-LN's final excess Post-LN's ends without warmup at the large lr, at the
+    seeds where both ran: the scale of S5.4-e's "fails"."""
+    ratios = failed_over_trained(r, r)
+    seeds = list(ratios)
+    common.kernel_note(f"at the same seed, Post-LN without warmup ends {min(ratios.values()):.1f}× "
+                       f"to {max(ratios.values()):.1f}× Pre-LN's excess without warmup (seed"
+                       f"{'s' * (len(seeds) > 1)} {seeds[0]}"
+                       f"{f'-{seeds[-1]}' if len(seeds) > 1 else ''})")
+
+
 def ending_text(r) -> str:
-    """Which placement ends better at the large lr: the medians over the seeds, and at how many
-    seeds each one ends lower, worded by common.verdict."""
-    by = runs_by_config(r)
-    post, pre = (by[config] for config in CONTESTED)
-    seeds = sorted(set(post) & set(pre))
-    medians = [float(np.median([runs[s]["final"] for s in seeds])) for runs in (post, pre)]
-    post_lower = sum(post[s]["final"] < pre[s]["final"] for s in seeds)
-    counts = {"warmed-up Post-LN": post_lower, "Pre-LN without warmup": len(seeds) - post_lower}
-    name, lower = max(counts.items(), key=lambda item: item[1])
-    verdict = common.verdict(lower, len(seeds))
-    text = (f"At the end, median test excess {medians[0]:.0f} (warmed-up Post-LN) against "
-            f"{medians[1]:.0f} (Pre-LN); {name} ends lower at "
-            f"{common.seeds_text(lower, len(seeds))}, {verdict}")
-    if verdict == "holds":
-        return text + f":\n{name} ends better, though only Pre-LN trains at this lr without warmup."
-    return (text + ":\nneither ends clearly better; the stable placement need not end best, as "
-            "§5.4's last remark on a tuned Post-LN says.")
+    """What the last claim's outcome lets us say of which placement ends better."""
+    decision = common.decide(stability_claims(r)["ends lower"])
+    remark = "the stable placement need not end best, as §5.4's last remark on a tuned Post-LN says"
+    return {common.HOLDS: "So Pre-LN without warmup ends better, and it also trains without the "
+                          "warmup Post-LN needs.",
+            common.OPPOSITE: f"So warmed-up Post-LN ends better: {remark}."}.get(
+        decision.outcome, f"So neither ends clearly better at {decision.n} seeds; {remark}.")
 
 
 LOG_TICKS = (10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000)
@@ -809,7 +818,10 @@ def draw_training_curves(r, figures_dir):
     common.save_figure(fig, "04_training_curves", figures_dir)
 
 
-SEEDS = 5   # the default of --seeds: how many seeds a training claim is counted over
+# The default of --seeds: how many seeds the contested claims are decided over. At 5, "Post-LN
+# climbs back further" tips with one seed near a tie (4 or 5 of 5 on two CPUs: only 5 of 5 decides
+# it); at 8 the signed-rank test holds it with one such seed against it, or two (DEVELOPING.md)
+SEEDS = 8
 PARTS = {1: show_gradient_gain, 2: show_batch_companions, 3: show_layer_grad_norms,
          4: show_training_stability}
 

@@ -14,7 +14,7 @@ PyTorch's conventions; part 5 trains PyTorch twins with city_train.py's harness:
 their averages as it trains. Part 6 counts the forward passes of training (one) and of generation
 (one per token), the positions computed with and without the KV cache (n against n(n+1)/2), and
 scores what a city-language model writes, greedy, by beam search and sampled, against the language's
-exact distribution, over the first 3 seeds, with part 5's constant-lr runs (constant_lr_models).
+exact distribution, over part 5's seeds, with part 5's constant-lr runs (constant_lr_models).
 
     python code/lecture06/05_training_recipe.py [--part N] [--seed S] [--seeds N] [--quick]
 """
@@ -569,13 +569,16 @@ def part5_seeds(args) -> list[int]:
 
 
 def part5_runs(args) -> tuple:
-    """The runs show_checkpoint_averaging will ask for: common.main starts them before part 1."""
-    return city_train.planned(averaging_runs(part5_seeds(args)))
+    """The runs show_checkpoint_averaging will ask for: common.main starts them before part 1. Every
+    seed scores every checkpoint: the jitter is a claim over the seeds."""
+    seeds = part5_seeds(args)
+    return city_train.planned(averaging_runs(seeds, every_checkpoint_seeds=len(seeds)))
 
 
 def show_checkpoint_averaging(args):
     common.header(5, __doc__, f"lr of {LR:g}")
-    r = checkpoint_averaging(seeds=part5_seeds(args))
+    seeds = part5_seeds(args)
+    r = checkpoint_averaging(seeds=seeds, every_checkpoint_seeds=len(seeds))
     print_checkpoints(r)
     print_against_the_last(r)
     print_averaging_counts(r)
@@ -630,57 +633,33 @@ def print_against_the_last(r: dict):
     common.table(table, headers, disable_numparse=True, kernel_dependent=True)
 
 
-# "about as much": within this factor. Over seeds 0-9, on the engine before the written-out blocks,
-# the ratio of the two gains was 0.68-1.47 at 8 seeds (median 1.07); at the other two 2.23, and
-# -0.08 where decaying the lr ended worse than the last checkpoint.
-ABOUT_AS_MUCH = 1.5
-
-
 def averaging_claims(r: dict) -> dict:
-    """Part 5's claims as margins at every seed (> 0 where it holds): a model beats the last
-    checkpoint by (last − its excess) mnat/token; averaging the last 5 gains "about as much" as
-    decaying the lr: margin log ABOUT_AS_MUCH − |log ratio| of the two gains."""
+    """Part 5's claims as margins at every seed (> 0 where it holds), in mnat/token: a model beats
+    the last checkpoint by (last − its excess); averaging the last 5 gains more than decaying the lr
+    by (averaging's gain − decaying's) over the last checkpoint."""
     rows = {row["k"] or row["name"]: row for row in r["rows"]}
     claims = {key: [-d for d in rows[key]["vs_last"]] for key in (5, "decayed", r["n_checkpoints"])}
-    claims["about as much"] = [math.log(ABOUT_AS_MUCH) - abs(math.log(a / d)) if a / d > 0
-                               else -math.inf for a, d in averaging_and_decay_gains(r)]
+    claims["averaging gains more"] = [a - d for a, d in averaging_and_decay_gains(r)]
     return claims
 
 
 def print_averaging_counts(r: dict):
-    """At how many seeds each model beats the last checkpoint, by how much, and averaging's gain
-    against decaying's."""
-    n, many = r["n_checkpoints"], len(r["seeds"]) > 1
-    claims = averaging_claims(r)
-    rows = {row["k"] or row["name"]: row for row in r["rows"]}
-    by = lambda key: ("{1:+.0f} to {2:+.0f} (median {0:+.0f})" if many else "{0:+.0f}").format(
-        *rows[key]["vs_last_spread"])
-    common.count_line("averaging the last 5 checkpoints beats the last checkpoint", claims[5])
-    common.count_line("decaying the lr beats the last checkpoint", claims["decayed"])
-    common.count_line(f"averaging all {n} checkpoints beats the last checkpoint", claims[n])
-    common.kernel_note(f"Against the last checkpoint, in mnat/token: the last 5 {by(5)}; the "
-                       f"decaying lr {by('decayed')}.")
-    common.kernel_note(gain_ratio_text(r))
-    common.count_line("averaging the last 5 gains about as much as decaying the lr (within a "
-                      f"factor of {ABOUT_AS_MUCH:g})", claims["about as much"],
-                      notes="about as much")
-
-
-def gain_ratio_text(r: dict, k: int = 5) -> str:
-    """Averaging's gain over the last checkpoint against decaying's, as a ratio where both gain;
-    where one of them loses, a ratio (negative) reads wrongly: both numbers, in words."""
-    gains = dict(zip(r["seeds"], averaging_and_decay_gains(r, k)))
-    ratios = [a / d for a, d in gains.values() if a > 0 and d > 0]
-    word = lambda gain: f"gains {gain:.0f}" if gain > 0 else f"loses {-gain:.0f}"
-    texts = [f"at seed {seed} averaging {word(a)} and decaying {word(d)} mnat/token"
-             for seed, (a, d) in gains.items() if a <= 0 or d <= 0]
-    if ratios:
-        span = (f"{min(ratios):.1f}×" if len(ratios) == 1
-                else f"{min(ratios):.1f}× to {max(ratios):.1f}×")
-        texts.insert(0, f"Averaging the last {k} gains {span} what decaying the lr gains over "
-                        f"the last checkpoint, at the {common.seeds_text(len(ratios), len(gains))}"
-                        " where both gain")
-    return "; ".join(texts) + "."
+    """Each model against the last checkpoint over the seeds, and averaging's gain against
+    decaying's: counted, decided and sized by common.count_line."""
+    n, claims = r["n_checkpoints"], averaging_claims(r)
+    better = "mnat/token below the last checkpoint"
+    common.count_line("averaging the last 5 checkpoints beats the last checkpoint", claims[5],
+                      better)
+    common.count_line("decaying the lr beats the last checkpoint", claims["decayed"], better)
+    common.count_line(f"averaging all {n} checkpoints beats the last checkpoint", claims[n], better)
+    common.count_line("averaging the last 5 gains more than decaying the lr",
+                      claims["averaging gains more"],
+                      "mnat/token (averaging's gain − decaying's)", notes="about as much")
+    decision = common.decide(claims["averaging gains more"]) if len(r["seeds"]) > 1 else None
+    if decision and decision.outcome not in (common.HOLDS, common.OPPOSITE):
+        common.kernel_note("So averaging gains about as much as decaying the lr, as the notes say, "
+                           f"as far as {decision.n} seeds tell: no difference shows, and the "
+                           "bounds say how large one could be.")
 
 
 def print_jitter(r: dict):
@@ -697,23 +676,25 @@ def print_jitter(r: dict):
                        f"{j['trend']:+.1f} per {apart} steps; the average of the last {k} "
                        f"checkpoints scores {j['averaged']:.0f}, {j['below_lowest']:.0f} below the "
                        "lowest of them.")
-    # only the seeds that scored their checkpoints `apart` steps apart (the first, in the script)
+    # the seeds that scored their checkpoints `apart` steps apart (every seed, in the script). Where
+    # the checkpoints never rise, their mean |change| is |trend|: the first term is negative
     scored = [(run["seed"], run["jitter"]) for run in r["runs"] if run["jitter"] is not None]
-    margins = [min(j["mean_change"] - 2 * abs(j["trend"]), j["below_lowest"]) if j["rises"]
-               else -math.inf for _, j in scored]
-    seeds = ", ".join(str(seed) for seed, _ in scored)
+    margins = [min(j["mean_change"] - 2 * abs(j["trend"]), j["below_lowest"]) for _, j in scored]
     common.count_line(f"the last {len(j['steps'])} checkpoints, {apart} steps apart, move by more "
                       f"than twice their trend, and the average of the last {k} scores\nbelow "
-                      f"every one of them (seed{'s' * (len(scored) > 1)} {seeds} alone scored "
-                      f"every {apart} steps)", margins, math.inf)
-    cancels = common.verdict(common.holds(margins), len(margins)) == "holds"
-    # worded by the count above; the other seeds are scored at the end alone
+                      "every one of them", margins,
+                      "mnat/token (the less of: mean move − 2 × |trend|, lowest − average)")
+    if len(margins) > 1:
+        cancels = common.decide(margins).outcome == common.HOLDS
+    else:
+        cancels = margins[0] > 0
+    where = f"at seed {scored[0][0]}" if len(scored) == 1 else f"over {len(scored)} seeds"
     common.kernel_note(
-        f"At a constant lr (seed{'s' * (len(scored) > 1)} {seeds}) the weights keep being pulled "
-        "around by the latest batches (the excess jumps more than it trends);\naveraging the "
-        "last few checkpoints cancels that jitter, at no training cost." if cancels else
-        "The checkpoints do not jump more than they trend, or their average does not score "
-        "below them: no jitter is shown cancelled.")
+        f"At a constant lr ({where}) the weights keep being pulled around by the latest batches "
+        "(the excess jumps more than it trends);\naveraging the last few checkpoints cancels that "
+        "jitter, at no training cost." if cancels else
+        f"The checkpoints do not clearly jump more than they trend, or their average does not "
+        f"clearly score below them ({where}): no jitter is shown cancelled.")
     common.note("Averaging from early in training drags in weights that were still poor.")
 
 
@@ -813,51 +794,57 @@ def forbidden_share(scores: dict) -> float:
 
 
 # Part 6's claims: {key: (what its line says, its margin at a seed, > 0 where it holds, from that
-# seed's generation_quality)}
+# seed's generation_quality, in the unit that follows)}
+POINTS = "points of"   # percentage points
 GENERATION_CLAIMS = {
     "fewer_forbidden": ("greedy text has a smaller share of forbidden tokens than sampled text",
-                        lambda q: forbidden_share(q["sampled"]) - forbidden_share(q["greedy"])),
+                        lambda q: 100 * (forbidden_share(q["sampled"])
+                                         - forbidden_share(q["greedy"])),
+                        f"{POINTS} forbidden tokens (sampled's % − greedy's)"),
     "likelier": ("greedy text has a higher true log-probability per allowed token than sampled "
                  "text",
-                 lambda q: q["greedy"]["log_p_per_token"] - q["sampled"]["log_p_per_token"]),
+                 lambda q: q["greedy"]["log_p_per_token"] - q["sampled"]["log_p_per_token"],
+                 "nats/token (greedy's − sampled's)"),
     "repeats": ("greedy text repeats its sentences more often than the language's text and "
-                "sampled text", lambda q: q["greedy"]["repeated"] - max(q["language"]["repeated"],
-                                                                       q["sampled"]["repeated"])),
+                "sampled text", lambda q: 100 * (q["greedy"]["repeated"] - max(
+                    q["language"]["repeated"], q["sampled"]["repeated"])),
+                f"{POINTS} sentences repeated (greedy's % − the more of the other two)"),
     "greedy_derails": ("greedy text still holds forbidden tokens (some of its windows derail)",
-                       lambda q: forbidden_share(q["greedy"])),
+                       lambda q: 100 * forbidden_share(q["greedy"]),
+                       "% of greedy's tokens forbidden"),
     "beam_likelier": (f"beam search ({', '.join(city_generation.BEAMS)}) writes text the model "
                       "finds likelier per token than greedy text",
                       lambda q: min(q[beam]["model_log_p_per_token"]
                                     for beam in city_generation.BEAMS)
-                      - q["greedy"]["model_log_p_per_token"]),
+                      - q["greedy"]["model_log_p_per_token"],
+                      "nats/token of the model's (the least likely beam's − greedy's)"),
     "beam_repeats": ("beam 4 (the paper's) repeats its sentences more often than greedy text",
-                     lambda q: q["beam 4, α = 0.6"]["repeated"] - q["greedy"]["repeated"]),
+                     lambda q: 100 * (q["beam 4, α = 0.6"]["repeated"] - q["greedy"]["repeated"]),
+                     f"{POINTS} sentences repeated (beam 4's % − greedy's)"),
     "nucleus_derails_less": ("top-p 0.9 text has a smaller share of forbidden tokens than sampled "
-                             "text (T = 1)", lambda q: forbidden_share(q["sampled"])
-                             - forbidden_share(q["top-p 0.9"]))}
+                             "text (T = 1)", lambda q: 100 * (forbidden_share(q["sampled"])
+                                                              - forbidden_share(q["top-p 0.9"])),
+                             f"{POINTS} forbidden tokens (sampled's % − top-p's)")}
+# how many digits each claim's margin prints with
+GENERATION_DIGITS = {"likelier": 3, "beam_likelier": 3}
 
 
 def generation_claims(per_seed: list) -> dict:
     """Each of GENERATION_CLAIMS over generation_quality's results as its margin at each seed."""
     return {"seeds": [q["seed"] for q in per_seed], "per_seed": per_seed,
             "claims": {key: [margin(q) for q in per_seed]
-                       for key, (_, margin) in GENERATION_CLAIMS.items()}}
-
-
-# Part 6's claims are settled (over seeds 0-9 each held at 10 of 10, or at 1 of 10: beam 4 repeating
-# more): it counts them over the first GENERATION_SEEDS of part 5's models.
-GENERATION_SEEDS = 3
+                       for key, (_, margin, _) in GENERATION_CLAIMS.items()}}
 
 
 def show_generation(args):
     common.header(6, __doc__)
-    models = constant_lr_models(part5_seeds(args))
+    seeds = part5_seeds(args)
+    models = constant_lr_models(seeds, every_checkpoint_seeds=len(seeds))
     # the model of --seed, quick or not: part 5's 400-step constant-lr run
     serial = serial_generation(float64_model(models[args.seed]),
                                lengths=(8, 31) if args.quick else (8, 16, 31), batch=16,
                                seed=args.seed)
-    over_seeds = generation_over_seeds(dict(list(models.items())[:GENERATION_SEEDS]),
-                                       n_windows=32 if args.quick else 64)
+    over_seeds = generation_over_seeds(models, n_windows=32 if args.quick else 64)
     print_forward_passes(serial, steps=over_seeds["per_seed"][0]["steps"])
     print()
     print_kv_cache_savings(serial)
@@ -958,37 +945,49 @@ def print_generated_text(q: dict):
         common.kernel_note(f"{key + ':':<16} {continuation}")
 
 
-# Part 6's conclusion, each piece worded by its claim's count: (if it holds, otherwise)
+# Part 6's conclusion, each piece worded by its claim's outcome: (if it holds, if the opposite
+# holds, if neither is clear)
 CONCLUSIONS = {
     "fewer_forbidden": (
         "greedy decoding draws fewer of the impossible tokens than sampling at T = 1",
-        "greedy decoding does not draw fewer impossible tokens than sampling here"),
-    "repeats": ("pays in repetition", "does not pay in more repetition here"),
-    "beam_likelier": (
-        "beam search finds text the model finds likelier than greedy's",
-        "beam search does not find text the model finds likelier than greedy's here"),
+        "greedy decoding draws more impossible tokens than sampling at T = 1",
+        "greedy decoding draws no clearly fewer impossible tokens than sampling at T = 1"),
+    "repeats": ("pays in repetition", "repeats itself less", "with no clear cost in repetition"),
+    "beam_likelier": ("beam search finds text the model finds likelier than greedy's",
+                      "beam search finds text the model finds less likely than greedy's",
+                      "beam search finds text no clearly likelier than greedy's"),
     "beam_repeats": ("and repeats itself more (the degeneration Holtzman et al. describe)",
-                     "yet does not repeat itself more than greedy here"),
+                     "yet repeats itself less than greedy here",
+                     "and repeats itself no clearly more or less than greedy here"),
     "nucleus_derails_less": (
         "nucleus sampling derails less than sampling at T = 1, cutting the tail of small "
-        "probabilities", "nucleus sampling does not derail less than sampling at T = 1 here")}
+        "probabilities", "nucleus sampling derails more than sampling at T = 1",
+        "nucleus sampling derails no clearly less than sampling at T = 1")}
+
+
+def worded(margins, words: tuple) -> str:
+    """One of a conclusion's three phrasings (CONCLUSIONS), by common.decide's outcome; at one seed,
+    what that seed shows (the holding phrase, or the unclear one)."""
+    if len(margins) == 1:
+        return words[0] if margins[0] > 0 else words[2]
+    outcome = common.decide(margins).outcome
+    return {common.HOLDS: words[0], common.OPPOSITE: words[1]}.get(outcome, words[2])
 
 
 def print_generation_claims(over_seeds: dict):
-    """generation_over_seeds' claims, each counted over the seeds, and the conclusion they word."""
+    """generation_over_seeds' claims, each decided over the seeds, and the conclusion they word."""
     claims, seeds = over_seeds["claims"], over_seeds["seeds"]
     common.note(f"Over seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))} (each its own "
                 "model, its own sampling):")
-    for key, (text, _) in GENERATION_CLAIMS.items():
-        common.count_line(text, claims[key])
-    said = {key: common.worded(claims[key], *words) for key, words in CONCLUSIONS.items()}
-    derailed, n = common.holds(claims["greedy_derails"]), len(seeds)
-    derails = (f"its text still derails at {derailed} of {n} seed{'s' * (n > 1)}" if derailed
-               else "its text never derails here")
+    for key, (text, _, unit) in GENERATION_CLAIMS.items():
+        common.count_line(text, claims[key], unit, GENERATION_DIGITS.get(key, 1))
+    said = {key: worded(claims[key], words) for key, words in CONCLUSIONS.items()}
+    derails = worded(claims["greedy_derails"], ("its text still derails", "",
+                                                "its text need not derail"))
     conclusion = (f"So: {said['fewer_forbidden']} ({derails}) and {said['repeats']};\n"
                   f"{said['beam_likelier']}, {said['beam_repeats']};\n"
                   f"{said['nucleus_derails_less']}.")
-    common.kernel_note(conclusion)   # worded by counts, which other float kernels can tip
+    common.kernel_note(conclusion)   # worded by outcomes, which other float kernels can tip
 
 
 SEEDS = 5   # the default of --seeds: how many seeds a training claim is counted over

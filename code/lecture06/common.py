@@ -25,6 +25,7 @@ from __future__ import annotations
 import threads  # noqa: F401  (first: one BLAS thread, set before numpy loads)
 
 import argparse
+import dataclasses
 import functools
 import importlib.util
 import inspect
@@ -331,27 +332,88 @@ def holds(margins) -> int:
     return sum(m > 0 for m in margins)
 
 
-# One rule for every claim counted over seeds (README, "How to read the output"): a claim that rests
-# on training is a statement about the distribution of runs, so it is worded by the share of seeds
-# where it holds, never by one seed.
-HOLDS, MOSTLY = 0.8, 0.6
+# One rule for every claim counted over seeds (README, "How to read the output"). A claim that rests
+# on training is a statement about the distribution of runs: its margin at each seed (how much it
+# holds by, in its own unit) is a draw, and Wilcoxon's signed-rank test, exact at these sizes, asks
+# whether the margins lie above zero (the claim holds) or below it (the opposite holds) further
+# than a claim with no effect puts them, each direction at FALSE_POSITIVE_RATE.
+FALSE_POSITIVE_RATE = 0.05
+HOLDS, OPPOSITE = "holds", "the opposite holds"
+# The fewest seeds at which the test can decide: all n margins of one sign have p = 2⁻ⁿ
+FEWEST_SEEDS = math.ceil(math.log2(1 / FALSE_POSITIVE_RATE))
 
 
-def verdict(k: int, n: int) -> str:
-    """The word for a claim that holds at k of n seeds: "holds" at k ≥ 0.8·n, "mostly" at
-    k ≥ 0.6·n, otherwise "does not hold here"."""
-    if not 0 <= k <= n or n < 1:
-        raise ValueError(f"a count needs 0 <= k <= n and n >= 1, got k={k}, n={n}")
-    if k >= HOLDS * n:
-        return "holds"
-    return "mostly" if k >= MOSTLY * n else "does not hold here"
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """What a claim's margins over n seeds say. outcome: HOLDS, OPPOSITE or "no clear difference
+    at n seeds"; p: the one-sided p-value of the outcome's direction (the claim's where no
+    direction is clear); estimate: the Hodges–Lehmann median of the margins (the median of their
+    pairwise averages, the estimate that goes with the test); low, high: one-sided 95% confidence
+    bounds of the margin (the shifts the test cannot reject; ±inf where n is too small)."""
+    k: int
+    n: int
+    outcome: str
+    p: float
+    estimate: float
+    low: float
+    high: float
 
 
-def worded(margins, if_it_holds: str, otherwise: str) -> str:
-    """A conclusion as a claim's count over the seeds words it: `if_it_holds` where verdict says
-    "holds", "mostly " + if_it_holds where it says "mostly", `otherwise` otherwise."""
-    word = verdict(holds(margins), len(margins))
-    return {"holds": if_it_holds, "mostly": f"mostly {if_it_holds}"}.get(word, otherwise)
+def decide(margins) -> Decision:
+    """The one rule: a claim's margins at n ≥ 2 seeds (> 0 where it holds) -> its Decision. HOLDS
+    when the signed-rank test puts the margins above zero at p ≤ FALSE_POSITIVE_RATE, OPPOSITE when
+    it puts them below, otherwise no clear difference; the bounds are where the same test turns
+    (so "holds" exactly when low > 0, on margins without ties)."""
+    margins = np.asarray(margins, dtype=float)
+    n = len(margins)
+    if n < 2 or not np.isfinite(margins).all():
+        raise ValueError(f"a claim over seeds needs 2 or more finite margins, got {margins}; one "
+                         "seed is an observation of that seed, not a verdict (count_line says so)")
+    above, below = signed_rank_p(margins, "greater"), signed_rank_p(margins, "less")
+    outcome = outcome_of(above, below, n)
+    p = below if outcome == OPPOSITE else above
+    pairs = np.triu_indices(n)
+    walsh = (margins[pairs[0]] + margins[pairs[1]]) / 2   # every pairwise average, each with itself
+    low, high = _confidence_bounds(margins, np.unique(walsh))
+    return Decision(int(holds(margins)), n, outcome, p, float(np.median(walsh)), low, high)
+
+
+def outcome_of(above: float, below: float, n: int) -> str:
+    """The rule's word from the one-sided p-values of "the margins lie above zero" and "below"."""
+    if above <= FALSE_POSITIVE_RATE:
+        return HOLDS
+    return OPPOSITE if below <= FALSE_POSITIVE_RATE else f"no clear difference at {n} seeds"
+
+
+def signed_rank_p(margins, alternative: str):
+    """scipy's signed-rank test, one-sided ("greater": the margins lie above zero), along the last
+    axis: exact without ties; with ties or zeros the exact permutation distribution (n ≤ 13) or
+    the normal one (scipy's choice). Margins that are all zero show nothing: p = 1."""
+    from scipy import stats   # here, not at the top: 0.6 s that only the training scripts need
+    margins = np.asarray(margins, dtype=float)
+    if not margins.any():
+        return 1.0
+    p = stats.wilcoxon(margins, alternative=alternative, axis=-1).pvalue
+    return float(p) if np.ndim(p) == 0 else p
+
+
+def _confidence_bounds(margins: np.ndarray, walsh: np.ndarray) -> tuple[float, float]:
+    """The one-sided 95% bounds of the margins' shift, by inverting the test: shifted by δ, the
+    margins' p changes only where δ crosses a pairwise average (sorted in `walsh`), monotonically,
+    so each bound is the average where the test at a point between two of them starts to
+    reject."""
+    points = np.concatenate([[walsh[0] - 1], (walsh[:-1] + walsh[1:]) / 2, [walsh[-1] + 1]])
+
+    def first(accepts) -> int:   # the first point the test accepts (len(points) if none)
+        lo, hi = 0, len(points)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if accepts(points[mid]) else (mid + 1, hi)
+        return lo
+    i = first(lambda d: signed_rank_p(margins - d, "greater") > FALSE_POSITIVE_RATE)
+    j = first(lambda d: signed_rank_p(margins - d, "less") <= FALSE_POSITIVE_RATE)
+    return (-math.inf if i == 0 else float(walsh[i - 1]),
+            math.inf if j == len(points) else float(walsh[j - 1]))
 
 
 def seeds_text(k: int, n: int) -> str:
@@ -359,20 +421,50 @@ def seeds_text(k: int, n: int) -> str:
     return f"{k} of {n} seed{'s' * (n != 1)}"
 
 
-def count_line(text: str, margins, tipping: float = math.inf, notes: str = ""):
-    """Print "text: k of n seeds, <verdict>" for a claim whose margin at each seed is in
-    `margins`, marked ⚙ by what the count rests on, not by how it came out: a count of runs that
-    other float kernels can tip (the default) is always marked, even where this CPU's margins are
-    wide, or the mark would come and go between CPUs. `tipping`, for a claim settled by design, is
-    what other kernels can move a margin: a test pins every seed's margin above it, and the line
-    prints unmarked (marked should a margin here fall within it: that test fails too)."""
-    k, n = holds(margins), len(margins)
-    line = f"{text}: {seeds_text(k, n)}, {verdict(k, n)}"
-    line += f"   (notes: {notes})" if notes else ""
-    if min(abs(m) for m in margins) > tipping:
-        note(line)
+def effect_text(decision: Decision, unit: str, digits: int = 0) -> str:
+    """ "per-seed margin +10 mnat/token, 95% bounds -4 to +37": the estimate and its bounds."""
+    return (f"per-seed margin {signed(decision.estimate, digits)} {unit}, 95% bounds "
+            f"{signed(decision.low, digits)} to {signed(decision.high, digits)}")
+
+
+def signed(x: float, digits: int) -> str:
+    """+12, -0.4, +∞: with a digit more where the rounding would print a margin that is not zero as
+    0."""
+    if math.isinf(x):
+        return f"{'+' if x > 0 else '-'}∞"
+    while x and round(x, digits) == 0 and digits < 6:
+        digits += 1
+    return f"{x:+.{digits}f}" if x else "0"
+
+
+def count_line(text: str, margins, unit: str, digits: int = 0, notes: str = ""):
+    """Print "text: k of n seeds; <outcome> (p = …); per-seed margin …, 95% bounds … to …" for a
+    claim whose margin (in `unit`) at each seed is in `margins`, marked ⚙: trained runs' digits
+    depend on the float kernels (make check compares the line by its claim and outcome). At one
+    seed, what that seed shows: an observation, not a verdict."""
+    margins = [float(m) for m in margins]
+    if len(margins) == 1:
+        line = (f"{text}: {'yes' if margins[0] > 0 else 'no'} at the one seed run, an observation "
+                f"of that seed, not a verdict; margin {signed(margins[0], digits)} {unit}")
     else:
-        kernel_note(line)
+        decision = decide(margins)
+        line = (f"{text}: {seeds_text(decision.k, decision.n)}; {decision.outcome} "
+                f"(p = {decision.p:.2g}); {effect_text(decision, unit, digits)}")
+        if decision.outcome not in (HOLDS, OPPOSITE):
+            _undecided.append(decision.n)
+    kernel_note(line + (f"   (notes: {notes})" if notes else ""))
+
+
+_undecided = []   # the seed counts of this part's claims that showed no clear difference
+
+
+def _say_how_to_count_more():
+    """After a part whose claims include one with no clear difference: how to count more seeds."""
+    if _undecided:
+        kernel_note(f"No clear difference at {max(_undecided)} seeds is not no difference: "
+                    f"--seeds {max(20, 2 * max(_undecided))} counts more (figures/seeds_output.txt "
+                    "holds every claim at 10 seeds).")
+        _undecided.clear()
 
 
 def timing(text: str):
@@ -541,4 +633,5 @@ def _run_parts(doc: str, parts: dict, args, uses_torch: bool, train_ahead: dict)
             # each part starts from the same state, whether run alone or not
             seed_everything(args.seed, uses_torch)
             parts[number](args)
+            _say_how_to_count_more()
     runner.report_runs_never_asked_for()
