@@ -323,11 +323,11 @@ def show_layer_grad_norms(args):
                 f"{'shrinking' if f['pre_ln_last_shrinks'] else 'NOT shrinking'} with depth\n(why: "
                 f"the Pre-LN table below). Post-LN's gets {f['post_last_gain']:.2f}× "
                 f"({post_shallow:.2f} → {post_deep:.2f}), {_post_ln_trend(f)}:\nat L = {f['deep']} "
-                f"{f['post_over_pre_deep']:.1f}× Pre-LN's, so a large lr moves "
-                "Post-LN's last layers "
-                f"""{'less hard in a deep model than' if f['post_ln_last_shrinks']
-                     else 'at least as hard in a deep model as'} """
-                "in a shallow one (Xiong et al. 2020).")
+                f"{f['post_over_pre_deep']:.1f}× Pre-LN's. Xiong et al. (2020) find it does not "
+                "shrink and trace warmup's need to it"
+                f"{' (here it does)' if f['post_ln_last_shrinks'] else ''}; how far a step "
+                "moves\na layer is another matter: Adam's first steps are ≈ lr·sign(g) whatever "
+                "the gradient's size (§7.5, 05 part 4).")
     _print_pre_ln_layers(r, f)
     common.note(f"Layer 1 of Post-LN gets {f['post_first'][0]:.1f}-{f['post_first'][1]:.1f} (at "
                 f"least {f['first_over_last']:.1f}× its layer L): its input is the embeddings, "
