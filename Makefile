@@ -53,8 +53,11 @@ figures: all  ## same as all: every figure is written by its script
 test: venv  ## the test suite, but for the claims counted over 10 seeds (make seeds)
 	$(PY) -m pytest -q -n auto --dist loadgroup --no-loadscope-reorder -m "not seeds" tests
 
-# One pytest process: runner.py trains each fixture's stacks of runs side by side on all the cores
-seeds: venv  ## the training claims, each over 10 seeds (a few minutes; CI runs it after make test)
+# The parts that decide claims over seeds, run at 10 seeds: each verdict and unmarked line compared
+# with figures/seeds_output.txt, which it then rewrites; then the tests that need 400-step runs (one
+# pytest process: runner.py trains each fixture's stacks side by side on all the cores)
+seeds: venv  ## every training claim decided over 10 seeds, into figures/seeds_output.txt (CI too)
+	$(PY) tests/outputs.py --seeds
 	$(PY) -m pytest -q -p no:xdist -m seeds tests
 
 # Every unmarked line of every full run, as committed: lines that make test's quick runs never print

@@ -5,8 +5,10 @@ tests/golden/NN.txt from a fresh quick run of each script named (all when none);
 files by hand.
 `python tests/outputs.py --full [NN ...]` (what `make check` runs) runs each script in full, as
 `make all` does, and compares it with the committed figures/NN_output.txt the same way (but that a
-run may add ⚙ to a line it prints with the same text: see differing_lines); it exits 1 if any line
-differs.
+run may add ⚙ to a line it prints with the same text, and that a count line is compared by its
+claim and outcome: see differing_lines); it exits 1 if any line or verdict differs.
+`python tests/outputs.py --seeds` (what `make seeds` runs) runs the parts that decide claims over
+seeds at 10 seeds, compares them with figures/seeds_output.txt the same way, and rewrites it.
 
 Both comparisons keep every unmarked line as printed, every digit of it (runs of spaces folded to
 one, table rules to one dash: a rule's width follows the widest cell, which may be a ⚙ one), and
@@ -141,7 +143,8 @@ def section(text: str, part: int) -> list[str]:
     """The lines of one part's output, from its "Part N ·" header to the next part's."""
     lines, inside = [], False
     for line in text.splitlines():
-        if line.startswith("Part "):
+        # a header, not prose that starts with "Part 5's model"
+        if re.match(r"Part \d+ · ", line):
             inside = line.startswith(f"Part {part} ·")
         if inside:
             lines.append(line)
@@ -186,25 +189,41 @@ def run_full(path: str) -> str:
     return result.stdout.replace(f"[figure] {scratch}/", "[figure] figures/")
 
 
+# A claim decided over seeds, as common.count_line prints it: its text, its count, its outcome
+COUNT_LINE = re.compile(r"^(?P<claim>.*): (?P<k>\d+) of (?P<n>\d+) seeds?; "
+                        r"(?P<outcome>holds|the opposite holds|no clear difference at \d+ seeds) "
+                        r"\(p = ")
+
+
+def verdicts(text: str) -> dict:
+    """{claim: outcome} of every count line in text."""
+    return {match["claim"]: match["outcome"] for match in
+            (COUNT_LINE.match(line.replace(KERNELS, " ").strip()) for line in text.splitlines())
+            if match}
+
+
 def _comparable(text: str) -> list[tuple[str, bool]]:
     """Every line but the ⏱ ones as (its text without ⚙ marks, whether it had one), runs of spaces
-    folded to one and table rules to one dash."""
+    folded to one and table rules to one dash. A count line (⚙: its count and effect are digits of
+    trained runs) is compared by its claim and outcome, which must not move with the kernels."""
     lines = []
     for line in without_timings(text):
         marked = KERNELS in line
-        line = line.replace(KERNELS, " ")
+        line = re.sub(r"[ \t]+", " ", line.replace(KERNELS, " ")).strip()
+        count = COUNT_LINE.match(line)
+        if count:
+            line, marked = f"{count['claim']}: {count['outcome']}", False
         if set(line) <= set("- "):
             line = re.sub(r"-+", "-", line)
-        lines.append((re.sub(r"[ \t]+", " ", line).strip(), marked))
+        lines.append((line, marked))
     return lines
 
 
 def differing_lines(expected: str, printed: str) -> list[str]:
-    """The lines where two outputs break the promise of their unmarked lines, as "-committed" and
-    "+this run"; [] when they keep it. Lines that differ pass only if every one of them carries ⚙
-    on both sides. A committed unmarked line that a run prints with ⚙ but the same text passes: a
-    count whose margin came near what other kernels move prints its ⚙ (common.count_line), and
-    its text still says what the committed one says."""
+    """The lines where two outputs break the promise of their unmarked lines and their verdicts, as
+    "-committed" and "+this run"; [] when they keep it. Lines that differ pass only if every one of
+    them carries ⚙ on both sides; a count line counts as unmarked, by its claim and outcome. A
+    committed unmarked line that a run prints with ⚙ but the same text passes."""
     import difflib
     old, new = _comparable(expected), _comparable(printed)
     matcher = difflib.SequenceMatcher(None, [text for text, _ in old], [text for text, _ in new],
@@ -219,35 +238,106 @@ def differing_lines(expected: str, printed: str) -> list[str]:
     return lines
 
 
+def _report(name: str, expected: str, printed: str) -> bool:
+    """Print how a run compares with its committed output; True if it differs."""
+    diff = differing_lines(expected, printed)
+    missing = sum(line.startswith("-") and not line.startswith("-⚙") for line in diff)
+    extra = sum(line.startswith("+") and not line.startswith("+⚙") for line in diff)
+    checked = len([line for line, marked in _comparable(expected) if not marked])
+    print(f"{name}: {checked} unmarked lines and verdicts; {missing} not printed, {extra} printed "
+          "that are not committed")
+    if diff:
+        print("\n".join(diff))
+    return bool(diff)
+
+
 def check_full(ids: list[str]) -> int:
     """Run the scripts named by id ("04"; all when none) in full and compare every unmarked line
-    with the committed figures/NN_output.txt. Returns the number of scripts that differ."""
+    and every verdict with the committed figures/NN_output.txt. Returns the number of scripts that
+    differ."""
     chosen = chosen_scripts(ids)
     failed = 0
     for path in chosen:
         with open(committed_output_path(path), encoding="utf-8") as f:
             expected = f.read()
-        diff = differing_lines(expected, run_full(path))
-        missing = sum(line.startswith("-") and not line.startswith("-⚙") for line in diff)
-        extra = sum(line.startswith("+") and not line.startswith("+⚙") for line in diff)
-        checked = len(normalise(expected).splitlines())
-        print(f"{os.path.basename(path)}: {checked} unmarked lines; {missing} not printed, "
-              f"{extra} printed that are not committed")
-        if diff:
-            failed += 1
-            print("\n".join(diff))
+        failed += _report(os.path.basename(path), expected, run_full(path))
     print(f"{failed} of {len(chosen)} scripts differ from figures/NN_output.txt"
           + ("; if the change is intended, `make all` rewrites them" if failed else ""))
     return failed
 
 
+# make seeds: the parts that decide claims over seeds, run at SEEDS_COUNTED seeds
+SEEDS_COUNTED = 10
+TRAINED_PARTS = {"04": (4,), "05": (5, 6), "07": (2, 3), "08": (3, 4, 5)}
+SEEDS_OUTPUT = os.path.join(ROOT, "figures", "seeds_output.txt")
+
+
+def seeds_heading(path: str) -> str:
+    parts = " and ".join(map(str, TRAINED_PARTS[script_id(path)]))
+    return (f"== {os.path.basename(path)} --seeds {SEEDS_COUNTED}, "
+            f"part{'s' * (' and ' in parts)} {parts}")
+
+
+def run_over_seeds(path: str) -> str:
+    """The parts of a script that decide claims over seeds, as a full run with --seeds
+    SEEDS_COUNTED prints them (the other parts' lines and the ⏱ ones left out), under a heading."""
+    result = subprocess.run([sys.executable, path, "--seeds", str(SEEDS_COUNTED), "--no-figures"],
+                            capture_output=True, text=True, cwd="/", timeout=FULL_TIMEOUT)
+    if result.returncode != 0:
+        raise _failed(path, result.returncode, result.stderr)
+    _check_runs_ahead(path, result.stderr)
+    kept = [line for part in TRAINED_PARTS[script_id(path)]
+            for line in section(result.stdout, part)]
+    return "\n".join([seeds_heading(path), *without_timings("\n".join(kept))]) + "\n"
+
+
+def check_seeds() -> int:
+    """make seeds: run every script's claims over SEEDS_COUNTED seeds, print each count line,
+    compare with the committed figures/seeds_output.txt as check_full compares (every verdict,
+    every unmarked line), then write the new runs there (`git diff figures` shows what moved).
+    Returns the number of scripts that differ."""
+    committed = ""   # none yet: every line differs, and the runs are written for committing
+    if os.path.exists(SEEDS_OUTPUT):
+        with open(SEEDS_OUTPUT, encoding="utf-8") as f:
+            committed = f.read()
+    chunks, failed = [], 0
+    for path in (path for path in SCRIPTS if script_id(path) in TRAINED_PARTS):
+        printed = run_over_seeds(path)
+        chunks.append(printed)
+        print(printed.splitlines()[0])
+        print("\n".join(line for line in printed.splitlines()
+                        if COUNT_LINE.match(line.replace(KERNELS, " ").strip())))
+        failed += _report(os.path.basename(path), seeds_section(committed, path), printed)
+    with open(SEEDS_OUTPUT, "w", encoding="utf-8") as f:
+        f.write("\n".join(chunks))
+    print(f"{failed} of {len(chunks)} scripts' {SEEDS_COUNTED}-seed verdicts differ from "
+          "figures/seeds_output.txt (now rewritten)" + ("; if the change is intended, commit it"
+                                                        if failed else ""))
+    return failed
+
+
+def seeds_section(text: str, path: str) -> str:
+    """One script's runs in figures/seeds_output.txt, from its heading to the next."""
+    lines, inside = [], False
+    for line in text.splitlines():
+        if line.startswith("== "):
+            inside = line.startswith(f"== {os.path.basename(path)} ")
+        if inside:
+            lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
 USAGE = ("usage: python tests/outputs.py --update [NN ...] (rewrites tests/golden/, quick runs)\n"
-         "       python tests/outputs.py --full [NN ...]  (full runs vs figures/NN_output.txt)")
+         "       python tests/outputs.py --full [NN ...]  (full runs vs figures/NN_output.txt)\n"
+         "       python tests/outputs.py --seeds          (the claims over 10 seeds vs "
+         "figures/seeds_output.txt)")
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--update"]:
         update(sys.argv[2:])
     elif sys.argv[1:2] == ["--full"]:
         sys.exit(1 if check_full(sys.argv[2:]) else 0)
+    elif sys.argv[1:] == ["--seeds"]:
+        sys.exit(1 if check_seeds() else 0)
     else:
         sys.exit(USAGE)
