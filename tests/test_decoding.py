@@ -271,6 +271,15 @@ def test_the_cache_cannot_go_past_n_positions_with_learned_positions():
             == (3, 9))
 
 
+def test_generate_and_translate_refuse_float_ids_as_the_models_do():
+    with pytest.raises(TypeError, match=r"^DecoderLM.generate: prompt token ids must be integers, "
+                                        r"got dtype float64; pass prompt.astype\(int\)$"):
+        decoder_lm().generate(PROMPT.astype(float), 3)
+    with pytest.raises(TypeError, match=r"^EncoderDecoder: source token ids must be integers, got "
+                                        r"dtype float64; pass ids.astype\(int\)$"):
+        encoder_decoder().generate(SRC.astype(float), SRC_PAD)
+
+
 def test_errors():
     lm, ed = decoder_lm(), encoder_decoder(n_positions=20)
     for model in (lm, ed):
@@ -295,10 +304,9 @@ def test_errors():
     with pytest.raises(ValueError, match=r"expected a prompt of shape \(B, P\) with P >= 1, got "
                                          r"\(4,\)"):
         lm.generate(PROMPT[0], 3)
-    with pytest.raises(TypeError, match=r"^DecoderLM.generate: the prompt must be token ids, "
-                                        r"integers in a numpy array \(or nested lists\), got a "
-                                        r"Tensor of shape \(3, 4\); pass "
-                                        r"prompt.numpy\(\).astype\(int\)$"):
+    with pytest.raises(TypeError, match=r"^DecoderLM.generate: prompt token ids must be integers "
+                                        r"in a numpy array \(or nested lists\), got a Tensor of "
+                                        r"shape \(3, 4\); pass prompt.numpy\(\).astype\(int\)$"):
         lm.generate(Tensor(PROMPT), 3)
     with pytest.raises(TypeError, match=r"^EncoderDecoder: source token ids must be integers in "
                                         r"a numpy array \(or nested lists\), got a Tensor of "

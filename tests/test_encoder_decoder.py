@@ -311,6 +311,17 @@ def test_no_handwritten_backward_check_covers_the_new_classes():
     assert len(violations(planted)) == 1 and ".data in forward" in violations(planted)[0]
 
 
+def test_float_source_or_target_ids_are_refused_naming_which_and_astype_int():
+    model = encoder_decoder.EncoderDecoder(11, 8, 2, n_layers=1, n_positions=6)
+    src, tgt = np.zeros((2, 4), int), np.zeros((2, 3), int)
+    floats = {"source": (src + 1.0, tgt), "target": (src, tgt + 1.0)}
+    for which, (source, target) in floats.items():
+        with pytest.raises(TypeError, match=rf"^EncoderDecoder: {which} token ids must be "
+                                            rf"integers, got dtype float64; pass "
+                                            rf"ids.astype\(int\)$"):
+            model(source, target)
+
+
 # ---- bad input -----------------------------------------------------------------------------------
 def test_errors():
     model = encoder_decoder.EncoderDecoder(11, 8, 2, n_layers=1, n_positions=6)

@@ -355,6 +355,12 @@ def test_the_cache_refuses_a_pad_mask():
         model(PROMPT, pad_mask=np.zeros(PROMPT.shape, bool), cache=model.new_cache(4))
 
 
+def test_float_token_ids_are_refused_as_transformer_decoder_lm_refuses_them():
+    with pytest.raises(TypeError, match=r"^DecoderLM: token ids must be integers, got dtype "
+                                        r"float64; pass ids.astype\(int\)$"):
+        llama.DecoderLM(**model_kwargs(**LLAMA))(np.ones((1, 3)))
+
+
 def test_rope_refuses_an_odd_head_size():
     with pytest.raises(ValueError, match="head size must be an even integer .* head_dim=3"):
         llama.DecoderLM(V, 12, 4, S, positions="rope")

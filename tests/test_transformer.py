@@ -520,11 +520,38 @@ def test_multi_head_attention_with_zero_heads_says_so_instead_of_dividing_by_zer
 
 def test_bool_token_ids_are_refused_by_embedding_and_decoder_lm():
     ids = np.array([[True, False, True]])
-    with pytest.raises(TypeError,
-                       match=r"indices are bool \(a mask\?\); token ids must be integers"):
+    with pytest.raises(TypeError, match=r"^Embedding: token ids must be integers, got dtype bool "
+                                        r"\(a mask\?\); pass integer ids$"):
         transformer.Embedding(V, D)(ids)
-    with pytest.raises(TypeError, match="token ids must be integers"):
+    with pytest.raises(TypeError, match=r"^DecoderLM: token ids must be integers, got dtype bool"):
         transformer.DecoderLM(V, D, H, n_positions=S)(ids)
+
+
+@pytest.mark.parametrize("ids", [np.array([[1.0, 2.0]]), np.array([[1.7, 2.0]]), [[1.0, 2]]],
+                         ids=["whole floats", "1.7", "a list with a float"])
+def test_float_token_ids_are_refused_whole_or_not_naming_the_dtype_and_astype_int(ids):
+    """As torch's nn.Embedding: 1.0 is refused as 1.7 is, with the same message."""
+    model = transformer.DecoderLM(V, D, H, n_positions=S, n_layers=1)
+    with pytest.raises(TypeError, match=r"^DecoderLM: token ids must be integers, got dtype "
+                                        r"float64; pass ids.astype\(int\)$"):
+        model(ids)
+    with pytest.raises(TypeError, match=r"^Embedding: token ids must be integers, got dtype "
+                                        r"float64; pass ids.astype\(int\)$"):
+        transformer.Embedding(V, D)(ids)
+    assert model(np.asarray(ids).astype(int)).shape == (1, 2, V)
+
+
+def test_string_token_ids_say_to_look_tokens_up_in_the_vocabulary_first():
+    with pytest.raises(TypeError, match=r"^DecoderLM: token ids must be integers, got strings "
+                                        r"\(dtype <U3\); look each token up in the vocabulary "
+                                        r"first$"):
+        transformer.DecoderLM(V, D, H, n_positions=S, n_layers=1)([["the", "cat"]])
+
+
+def test_lm_loss_with_float_targets_names_lm_loss_and_its_targets():
+    with pytest.raises(TypeError, match=r"^lm_loss: targets must be integers, got dtype float64; "
+                                        r"pass targets.astype\(int\)$"):
+        transformer.lm_loss(leaf((B, S, V)), np.zeros((B, S)))
 
 
 @pytest.mark.parametrize("mask",
@@ -546,8 +573,8 @@ def test_a_pad_mask_of_numbers_is_refused_with_a_message_that_says_which_convent
 
 def test_softmax_loss_with_float_targets_says_targets_must_be_integer_class_ids():
     with pytest.raises(TypeError,
-                       match=r"softmax_loss: target must hold integer class ids, "
-                             r"got dtype float64"):
+                       match=r"^softmax_loss: target class ids must be integers, got dtype "
+                             r"float64; pass target.astype\(int\)$"):
         transformer.softmax_loss(leaf((2, 5)), np.array([0.0, 3.0]))
     with pytest.raises(TypeError, match="got dtype bool"):
         transformer.softmax_loss(leaf((2, 5)), np.array([True, False]))

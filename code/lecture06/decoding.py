@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import paths  # noqa: F401  (makes lecture 5's tensor.py importable)
-from tensor import MASK_VALUE, Tensor, no_grad
+from tensor import MASK_VALUE, Tensor, check_token_ids, no_grad
 
 
 class KVCache:
@@ -161,11 +161,7 @@ def generate(model, prompt, max_new_tokens: int, *, sample: bool = False,
         Generation: tokens (B, T), lengths (B,), logits (B, T, n_vocab), n_forward,
         positions_computed, scores (B,); num_beams > 1: finished
     """
-    if isinstance(prompt, Tensor):
-        raise TypeError(f"DecoderLM.generate: the prompt must be token ids, integers in a numpy "
-                        f"array (or nested lists), got a Tensor of shape {prompt.shape}; pass "
-                        f"prompt.numpy().astype(int)")
-    prompt = np.asarray(prompt)
+    prompt = check_token_ids("DecoderLM.generate", prompt, "prompt token ids", "prompt")
     if prompt.ndim != 2 or prompt.shape[1] == 0:
         raise ValueError(f"DecoderLM.generate: expected a prompt of shape (B, P) with P >= 1, "
                          f"got {prompt.shape}")

@@ -17,9 +17,9 @@ import numpy as np
 
 import paths  # noqa: F401  (makes lecture 5's tensor.py importable)
 import decoding
-from tensor import Tensor
+from tensor import Tensor, check_token_ids
 from transformer import (Dropout, Embedding, FeedForward, LayerNorm, Module, MultiHeadAttention,
-                         TransformerLayer, check_token_ids, sinusoidal_positions)
+                         TransformerLayer, sinusoidal_positions)
 
 
 class EncoderLayer(TransformerLayer):

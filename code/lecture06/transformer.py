@@ -10,7 +10,7 @@ the part of the notes (and of the paper, Vaswani et al. 2017) it follows:
 - logsumexp, softmax, gelu ........... §9.1 (max subtracted; tanh GELU as x·sigmoid(2u))
 - sinusoidal_frequencies, _positions . §4.2
 - softmax_loss, lm_loss .............. §9.1 HW3 Problem 1 (logsumexp(z) - z_y); next-token loss
-- check_tensor, check_token_ids, ...  the checks behind the modules' error messages
+- check_tensor, check_sizes, ... ..... the checks behind the error messages (ids: tensor.py)
 - Parameter, Module .................. named parameters, train/eval, parameter counts
 - Linear, Embedding, Dropout ......... §4.1, §7.2 (inverted dropout; identity in eval mode)
 - LayerNorm .......................... §5.3 (biased variance, eps inside the sqrt, like torch)
@@ -45,7 +45,7 @@ import numpy as np
 
 import paths  # noqa: F401  (makes lecture 5's tensor.py importable)
 import kernels
-from tensor import MASK_VALUE, Tensor, embedding   # MASK_VALUE: see "Masks" above
+from tensor import MASK_VALUE, Tensor, check_token_ids, embedding   # MASK_VALUE: "Masks" above
 
 
 # ---- seeds ---------------------------------------------------------------------------------------
@@ -121,15 +121,10 @@ def softmax_loss(logits: Tensor, target) -> Tensor:
         loss: (N,); its gradient with respect to logits is softmax(z) - onehot(y)
     """
     check_tensor("softmax_loss", logits, "logits")
-    target = check_token_ids("softmax_loss", target, "target class ids")
+    target = check_token_ids("softmax_loss", target, "target class ids", "target")
     if logits.ndim != 2 or target.shape != logits.shape[:1]:
         raise ValueError(f"softmax_loss: expected logits (N, C) and target (N,), "
                          f"got {logits.shape} and {target.shape}")
-    if target.size == 0:
-        target = target.astype(np.int64)  # an empty list arrives as float64
-    if not np.issubdtype(target.dtype, np.integer):
-        raise TypeError(f"softmax_loss: target must hold integer class ids, got dtype "
-                        f"{target.dtype} (class probabilities are not supported)")
     n_classes = logits.shape[1]
     if target.size and (target.min() < 0 or target.max() >= n_classes):
         raise IndexError(f"softmax_loss: target ids must lie in 0..{n_classes - 1}, "
@@ -149,7 +144,7 @@ def lm_loss(logits: Tensor, targets, ignore_index: int = -100) -> Tensor:
     padding, or to train only on the target half of a decoder-only translation (notes §6.3).
     """
     check_tensor("lm_loss", logits, "logits")
-    targets = check_token_ids("lm_loss", targets, "targets")
+    targets = check_token_ids("lm_loss", targets, "targets", "targets")
     if logits.ndim != 3 or targets.shape != logits.shape[:2]:
         raise ValueError(f"lm_loss: expected logits (B, S, V) and targets (B, S), got "
                          f"{logits.shape} and {targets.shape}"
@@ -175,15 +170,6 @@ def check_tensor(owner: str, x, what: str = "input"):
         raise TypeError(f"{owner}: {what} must be a tensor.py Tensor, got "
                         f"{type(x).__module__}.{type(x).__name__}; wrap it with "
                         f"tensor.tensor(x) (requires_grad=True if you want its gradient)")
-
-
-def check_token_ids(owner: str, ids, what: str = "token ids") -> np.ndarray:
-    """ids as a numpy array. A Tensor is refused: numpy would hold it whole, as one object of shape
-    (), and ids are looked up, not differentiated."""
-    if isinstance(ids, Tensor):
-        raise TypeError(f"{owner}: {what} must be integers in a numpy array (or nested lists), "
-                        f"got a Tensor of shape {ids.shape}; pass ids.numpy().astype(int)")
-    return np.asarray(ids)
 
 
 def check_sizes(owner: str, **sizes):
@@ -299,7 +285,7 @@ class Embedding(Module):
         Returns:
             (B, S, embedding_dim)
         """
-        return embedding(self.weights, ids)
+        return embedding(self.weights, check_token_ids("Embedding", ids))
 
 
 class Dropout(Module):
