@@ -128,7 +128,8 @@ class MultiHeadAttention(nn.Module):
             mask = self.create_causal_mask(x.shape[1], x.dtype, x.device)
         if pad_mask is not None:
             if not torch.is_tensor(pad_mask) or pad_mask.dtype != torch.bool:
-                pad_mask = torch.as_tensor(check_pad_mask(pad_mask))
+                n_keys = (x if kv is None else kv).shape[1]
+                pad_mask = torch.as_tensor(check_pad_mask(pad_mask, x.shape[0], n_keys))
             pad = torch.where(pad_mask.to(x.device), MASK_VALUE, 0.0).to(x.dtype)[:, None, None, :]
             mask = pad if mask is None else mask + pad
         return self.out_dropout(self.out_projection(self.self_attention(q, kT, v, mask)))

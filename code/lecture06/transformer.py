@@ -179,10 +179,23 @@ def check_sizes(owner: str, **sizes):
             raise ValueError(f"{owner}: {name} must be an integer >= {least}, got {value!r}")
 
 
-def check_pad_mask(pad_mask) -> np.ndarray:
-    """pad_mask as a bool array; 0/1 numbers are refused, because conventions disagree on which
+def check_pad_mask(pad_mask, batch_size: int, n_keys: int) -> np.ndarray:
+    """pad_mask as a (B, S_k) bool array, True at padded keys. Any other shape is refused here:
+    numpy would broadcast a (B, 1, S_k) or HuggingFace's (B, 1, 1, S_k) into the scores' shape and
+    fail much later, in a permute. 0/1 numbers are refused, because conventions disagree on which
     is which."""
     pad_mask = np.asarray(pad_mask)
+    if pad_mask.shape != (batch_size, n_keys):
+        if pad_mask.ndim == 4:
+            fix = ("that is HuggingFace's broadcast layout; ours is (B, S_k) bool, True at padded "
+                   "keys: from its 2-D attention_mask (1 = keep) pass attention_mask == 0")
+        elif pad_mask.ndim == 3:
+            fix = ("pass the (B, S_k) mask itself: the attention broadcasts it over heads and "
+                   "queries")
+        else:
+            fix = "one row per sequence, True at its padded keys"
+        raise ValueError(f"pad_mask must have shape (B, S_k) = ({batch_size}, {n_keys}), got "
+                         f"{pad_mask.shape}; {fix}")
     if pad_mask.dtype != bool:
         raise TypeError(f"pad_mask must be a bool array with True at padded positions, got dtype "
                         f"{pad_mask.dtype}; HuggingFace's attention_mask is the opposite "
@@ -367,11 +380,8 @@ class MultiHeadAttention(Module):
     @staticmethod
     def create_pad_mask(pad_mask, batch_size: int, n_keys: int) -> Tensor:
         """(B, S_k) with True at padded keys -> additive (B, 1, 1, S_k): no query sees a pad."""
-        mask = Tensor(np.where(check_pad_mask(pad_mask), MASK_VALUE, 0.0)[:, None, None, :])
-        if mask.shape[0] != batch_size or mask.shape[-1] != n_keys:
-            raise ValueError(f"MultiHeadAttention: pad_mask must have shape (B, S_k) = "
-                             f"({batch_size}, {n_keys}), got {np.shape(pad_mask)}")
-        return mask
+        pad_mask = check_pad_mask(pad_mask, batch_size, n_keys)
+        return Tensor(np.where(pad_mask, MASK_VALUE, 0.0)[:, None, None, :])
 
     def split_heads(self, x: Tensor, dims=(0, 2, 1, 3)) -> Tensor:
         """(B, S, D) -> (B, S, h, Dh), then permuted by dims: (B, h, S, Dh) by default."""
