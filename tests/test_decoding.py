@@ -271,6 +271,23 @@ def test_the_cache_cannot_go_past_n_positions_with_learned_positions():
             == (3, 9))
 
 
+@pytest.mark.parametrize("new_batch_size", [1, 3], ids=["one row (it would broadcast)", "three"])
+def test_a_cache_reused_with_another_batch_size_names_both_and_says_to_make_a_new_one(
+        new_batch_size):
+    fix = (rf"^KVCache: this cache holds a batch of 2 rows, got one of {new_batch_size}; a cache "
+           rf"serves one batch: make a new one for this batch with model.new_cache\(capacity\)$")
+    lm, ed = decoder_lm().eval(), encoder_decoder().eval()
+    with no_grad():
+        cache = lm.new_cache(8)
+        lm(PROMPT[:2], cache=cache)
+        with pytest.raises(ValueError, match=fix):
+            lm(PROMPT[:new_batch_size, :1], cache=cache)
+        cache = ed.new_cache(8)
+        ed.decode(PROMPT[:2, :1], ed.encode(SRC[:2]), cache=cache)
+        with pytest.raises(ValueError, match=fix):
+            ed.decode(PROMPT[:new_batch_size, :1], ed.encode(SRC[:new_batch_size]), cache=cache)
+
+
 def test_generate_and_translate_refuse_float_ids_as_the_models_do():
     with pytest.raises(TypeError, match=r"^DecoderLM.generate: prompt token ids must be integers, "
                                         r"got dtype float64; pass prompt.astype\(int\)$"):

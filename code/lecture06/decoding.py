@@ -47,8 +47,17 @@ class KVCache:
         self.kT = self.v = None
         self.length = 0                      # positions written so far (self-attention)
 
+    def check_batch_size(self, batch_size: int):
+        """A cache holds the rows of one batch. Another batch's keys would meet them in a
+        broadcast, which fails (or, from one row, succeeds) without saying why."""
+        if self.kT is not None and self.kT.shape[0] != batch_size:
+            raise ValueError(f"KVCache: this cache holds a batch of {self.kT.shape[0]} rows, got "
+                             f"one of {batch_size}; a cache serves one batch: make a new one "
+                             f"for this batch with model.new_cache(capacity)")
+
     def write(self, kT_new: Tensor, v_new: Tensor):
         """Append n positions: kT_new (B, h, Dh, n), v_new (B, h, n, Dh)."""
+        self.check_batch_size(kT_new.shape[0])
         n_new = kT_new.shape[-1]
         if self.length + n_new > self.capacity:
             raise ValueError(f"KVCache: cannot write {n_new} more position(s) after "
@@ -85,6 +94,7 @@ class KVCache:
             (B, n, D): heads concatenated, before out_projection
         """
         if self.capacity is None:      # cross-attention: project the encoder output once
+            self.check_batch_size(x.shape[0])
             if self.kT is None:
                 if kv is None:
                     raise ValueError("MultiHeadAttention: a cross-attention cache needs kv= (the "
