@@ -246,12 +246,15 @@ def test_zero_new_tokens_gives_an_empty_result():
 def test_the_cache_cannot_go_past_n_positions_with_learned_positions():
     model = decoder_lm(n_positions=8)
     assert model.generate(PROMPT, 4).tokens.shape == (3, 4)                # 4 + 4 = 8: fits exactly
-    with pytest.raises(ValueError, match=r"prompt length 4 \+ max_new_tokens 5 = 9 exceeds "
-                                         r"n_positions=8: the learned position table has no row "
-                                         r"past position 7; ask for at most 4 new tokens or build "
-                                         r"the model with a larger n_positions"):
+    with pytest.raises(ValueError, match=r"^DecoderLM.generate: prompt length 4 \+ max_new_tokens "
+                                         r"5 = 9 exceeds n_positions=8: the learned position table "
+                                         r"has no row for position 8; ask for at most 4 new tokens "
+                                         r"or build the model with a larger n_positions$"):
         model.generate(PROMPT, 5)
-    with pytest.raises(ValueError, match=r"a KV cache of 9 positions exceeds n_positions=8"):
+    with pytest.raises(ValueError, match=r"^DecoderLM: a KV cache of 9 positions exceeds "
+                                         r"n_positions=8: the learned position table has no row "
+                                         r"for position 8; ask for at most 8 or build the model "
+                                         r"with a larger n_positions$"):
         model.new_cache(9)
     cache = model.new_cache(8)
     with no_grad():
@@ -312,8 +315,10 @@ def test_errors():
                          rng=np.random.default_rng(0))
         with pytest.raises(ValueError, match=r"sampling needs rng=np.random.default_rng\(seed\)"):
             generate(model, True, sample=True)
-    with pytest.raises(ValueError, match=r"max_new_tokens=21 exceeds n_positions=20, the longest "
-                                         r"target"):
+    with pytest.raises(ValueError, match=r"^EncoderDecoder.generate: max_new_tokens=21 exceeds "
+                                         r"n_positions=20: the precomputed sinusoidal table has "
+                                         r"no row for position 20; ask for at most 20 or build the "
+                                         r"model with a larger n_positions$"):
         ed.generate(SRC, SRC_PAD, 21)
     with pytest.raises(ValueError, match=r"src_pad_mask must have the shape of the source ids "
                                          r"\(3, 5\)"):
@@ -688,8 +693,8 @@ class TableLM:
     """A language model given by hand: the next token's probabilities (its logits are their logs)
     after each generated prefix, a tuple of ids; uniform after a prefix the table does not list;
     the prompt is ignored. All that generate needs of a DecoderLM: no layers (so no cache), no
-    positions."""
-    layers, positions, training = [], "none", False
+    positions (so check_length refuses no length; n_positions is read only for its message)."""
+    layers, positions, n_positions, training = [], "none", 0, False
 
     def __init__(self, table: dict, n_vocab: int = 3):
         self.table, self.n_vocab = table, n_vocab
@@ -701,6 +706,9 @@ class TableLM:
     def __call__(self, ids, cache=None):
         # ids (N, 1 + t): the prompt's one token, then what was generated; (N, V) -> (N, 1, V)
         return Tensor(np.log([self.probabilities(row[1:]) for row in ids])[:, None])
+
+    def check_length(self, owner, length, asked, fix):
+        pass
 
     def eval(self):
         return self

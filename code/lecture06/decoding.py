@@ -182,13 +182,10 @@ def generate(model, prompt, max_new_tokens: int, *, sample: bool = False,
         raise ValueError("DecoderLM.generate: the model is not causal (causal=False): each "
                          "position sees the future, so it cannot generate left to right")
     total = prompt.shape[1] + max_new_tokens
-    if model.positions == "learned" and total > model.n_positions:
-        raise ValueError(f"DecoderLM.generate: prompt length {prompt.shape[1]} + "
-                         f"max_new_tokens {max_new_tokens} = {total} exceeds "
-                         f"n_positions={model.n_positions}: the learned position table has no "
-                         f"row past position {model.n_positions - 1}; ask for at most "
-                         f"{max(model.n_positions - prompt.shape[1], 0)} new tokens or build "
-                         f"the model with a larger n_positions")
+    model.check_length("DecoderLM.generate", total,
+                       f"prompt length {prompt.shape[1]} + max_new_tokens {max_new_tokens} = "
+                       f"{total}", f"ask for at most {max(model.n_positions - prompt.shape[1], 0)} "
+                       f"new tokens")
     # the last token is only returned, never fed back: the cache needs total - 1 positions
     cache = (model.new_cache(total - 1) if use_cache and max_new_tokens > 0 and model.layers
              else None)
@@ -239,12 +236,10 @@ def translate(model, src, src_pad_mask=None, max_new_tokens: int | None = None, 
         src_lengths = src.shape[1] - (0 if src_pad_mask is None else src_pad_mask.sum(axis=1))
         limits = np.minimum(np.broadcast_to(src_lengths + 50, (src.shape[0],)),
                             model.n_positions)
-    elif max_new_tokens > model.n_positions:
-        raise ValueError(f"EncoderDecoder.generate: max_new_tokens={max_new_tokens} exceeds "
-                         f"n_positions={model.n_positions}, the longest target this model "
-                         f"accepts; ask for at most {model.n_positions} or build the model with "
-                         f"a larger n_positions")
     else:
+        model.check_length("EncoderDecoder.generate", max_new_tokens,
+                           f"max_new_tokens={max_new_tokens}",
+                           f"ask for at most {model.n_positions}")
         limits = np.full(src.shape[0], max_new_tokens)
     bos = np.full((src.shape[0] * num_beams, 1), model.bos_id)
     with _decoding(model):

@@ -203,6 +203,18 @@ def check_pad_mask(pad_mask, batch_size: int, n_keys: int) -> np.ndarray:
     return pad_mask
 
 
+def check_positions(owner: str, length: int, n_positions: int, asked: str, fix: str,
+                    table: str = "the learned position table"):
+    """The one guard for a sequence longer than a model's table of n_positions position rows
+    (DecoderLM's learned one, EncoderDecoder's sinusoids computed once). asked: what was asked
+    for, e.g. "sequence length 9"; fix: how to ask for less."""
+    if length > n_positions:
+        missing = (f"position {n_positions}" if length == n_positions + 1
+                   else f"positions {n_positions}..{length - 1}")
+        raise ValueError(f"{owner}: {asked} exceeds n_positions={n_positions}: {table} has no row "
+                         f"for {missing}; {fix} or build the model with a larger n_positions")
+
+
 # ---- Module: parameters, sub-modules, train/eval -------------------------------------------------
 class Parameter(Tensor):
     def __init__(self, data):
@@ -564,14 +576,7 @@ class DecoderLM(Module):
         if idx.ndim != 2:
             raise ValueError(f"DecoderLM: expected token ids of shape (B, S), got {idx.shape}")
         seq_len = start + idx.shape[1]      # with a cache, the positions before start count too
-        # only a table has a last row
-        if self.positions == "learned" and seq_len > self.n_positions:
-            missing = (f"position {seq_len - 1}" if seq_len == self.n_positions + 1
-                       else f"positions {self.n_positions}..{seq_len - 1}")
-            raise ValueError(f"DecoderLM: sequence length {seq_len} exceeds "
-                             f"n_positions={self.n_positions}: the learned position table has no "
-                             f"row for {missing}; shorten the input or build the model with a "
-                             f"larger n_positions")
+        self.check_length("DecoderLM", seq_len, f"sequence length {seq_len}", "shorten the input")
         x = self.token_embeddings(idx)
         if self.positions == "learned":
             # (1, S, D), broadcast over B
@@ -580,6 +585,12 @@ class DecoderLM(Module):
             # (S, D) -> (1, S, D)
             x = x + sinusoidal_positions(seq_len, self.n_embd)[start:][None]
         return x
+
+    def check_length(self, owner: str, length: int, asked: str, fix: str):
+        """check_positions for this model, whose callers (embed, new_cache, decoding.generate)
+        each say what they asked for: only a learned table has a last row."""
+        if self.positions == "learned":
+            check_positions(owner, length, self.n_positions, asked, fix)
 
     def forward(self, idx, pad_mask=None, cache: list | None = None) -> Tensor:
         """
@@ -607,10 +618,8 @@ class DecoderLM(Module):
         if not self.layers or not all(layer.attention.causal for layer in self.layers):
             raise ValueError("DecoderLM: a KV cache needs causal self-attention layers "
                              "(causal=True)")
-        if self.positions == "learned" and capacity > self.n_positions:
-            raise ValueError(f"DecoderLM: a KV cache of {capacity} positions exceeds n_positions="
-                             f"{self.n_positions}: the learned position table has no row past "
-                             f"position {self.n_positions - 1}; ask for at most {self.n_positions}")
+        self.check_length("DecoderLM", capacity, f"a KV cache of {capacity} positions",
+                          f"ask for at most {self.n_positions}")
         import decoding   # here, not at the top: the lesson needs no decoding, decoding no model
         return [decoding.KVCache(capacity) for _ in self.layers]
 
