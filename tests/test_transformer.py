@@ -575,12 +575,13 @@ def test_a_pad_mask_of_another_shape_than_b_s_is_refused_naming_both_shapes():
     """(B, 1, S) and HuggingFace's (B, 1, 1, S) used to pass and fail later, in a permute."""
     model = transformer.DecoderLM(V, D, H, n_positions=S, n_layers=1)
     ids = np.zeros((B, S), int)
-    expected = {(B, 1, S): r"pass the \(B, S_k\) mask itself: the attention broadcasts it over "
-                           r"heads and queries$",
+    expected = {(B, 1, S): r"a row per sequence, True at its padded keys: the attention "
+                           r"broadcasts it itself$",
                 (B, 1, 1, S): r"that is HuggingFace's broadcast layout; ours is \(B, S_k\) bool, "
                               r"True at padded keys: from its 2-D attention_mask \(1 = keep\) "
                               r"pass attention_mask == 0$",
-                (B, S + 1): r"one row per sequence, True at its padded keys$"}
+                (B, S + 1): r"a row per sequence, True at its padded keys: the attention "
+                            r"broadcasts it itself$"}
     for shape, fix in expected.items():
         shown = str(shape).replace("(", r"\(").replace(")", r"\)")
         with pytest.raises(ValueError, match=rf"^pad_mask must have shape \(B, S_k\) = \(2, 3\), "

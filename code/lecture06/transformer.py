@@ -45,7 +45,7 @@ import numpy as np
 
 import paths  # noqa: F401  (makes lecture 5's tensor.py importable)
 import kernels
-from tensor import MASK_VALUE, Tensor, check_token_ids, embedding   # MASK_VALUE: "Masks" above
+from tensor import MASK_VALUE, Tensor, check_token_ids, embedding   # MASK_VALUE: see "Masks" above
 
 
 # ---- seeds ---------------------------------------------------------------------------------------
@@ -146,9 +146,9 @@ def lm_loss(logits: Tensor, targets, ignore_index: int = -100) -> Tensor:
     check_tensor("lm_loss", logits, "logits")
     targets = check_token_ids("lm_loss", targets, "targets", "targets")
     if logits.ndim != 3 or targets.shape != logits.shape[:2]:
+        hint = "; for (N, C) logits use softmax_loss" if logits.ndim == 2 else ""
         raise ValueError(f"lm_loss: expected logits (B, S, V) and targets (B, S), got "
-                         f"{logits.shape} and {targets.shape}"
-                         + ("; for (N, C) logits use softmax_loss" if logits.ndim == 2 else ""))
+                         f"{logits.shape} and {targets.shape}{hint}")
     batch_size, seq_len, n_vocab = logits.shape
     targets = targets.reshape(-1)                                  # (B, S) -> (B·S,)
     keep = targets != ignore_index
@@ -180,20 +180,16 @@ def check_sizes(owner: str, **sizes):
 
 
 def check_pad_mask(pad_mask, batch_size: int, n_keys: int) -> np.ndarray:
-    """pad_mask as a (B, S_k) bool array, True at padded keys. Any other shape is refused here:
-    numpy would broadcast a (B, 1, S_k) or HuggingFace's (B, 1, 1, S_k) into the scores' shape and
-    fail much later, in a permute. 0/1 numbers are refused, because conventions disagree on which
-    is which."""
+    """pad_mask as a (B, S_k) bool array, True at padded keys. Another shape is refused here, not
+    in a permute after numpy broadcast it ((B, 1, S_k), HF's (B, 1, 1, S_k)); so are 0/1 numbers,
+    because conventions disagree on which is which."""
     pad_mask = np.asarray(pad_mask)
     if pad_mask.shape != (batch_size, n_keys):
         if pad_mask.ndim == 4:
             fix = ("that is HuggingFace's broadcast layout; ours is (B, S_k) bool, True at padded "
                    "keys: from its 2-D attention_mask (1 = keep) pass attention_mask == 0")
-        elif pad_mask.ndim == 3:
-            fix = ("pass the (B, S_k) mask itself: the attention broadcasts it over heads and "
-                   "queries")
         else:
-            fix = "one row per sequence, True at its padded keys"
+            fix = "a row per sequence, True at its padded keys: the attention broadcasts it itself"
         raise ValueError(f"pad_mask must have shape (B, S_k) = ({batch_size}, {n_keys}), got "
                          f"{pad_mask.shape}; {fix}")
     if pad_mask.dtype != bool:
@@ -205,9 +201,8 @@ def check_pad_mask(pad_mask, batch_size: int, n_keys: int) -> np.ndarray:
 
 def check_positions(owner: str, length: int, n_positions: int, asked: str, fix: str,
                     table: str = "the learned position table"):
-    """The one guard for a sequence longer than a model's table of n_positions position rows
-    (DecoderLM's learned one, EncoderDecoder's sinusoids computed once). asked: what was asked
-    for, e.g. "sequence length 9"; fix: how to ask for less."""
+    """The one guard for a sequence longer than a model's n_positions position rows; asked: what
+    was asked for ("sequence length 9"), fix: how to ask for less."""
     if length > n_positions:
         missing = (f"position {n_positions}" if length == n_positions + 1
                    else f"positions {n_positions}..{length - 1}")
@@ -587,8 +582,7 @@ class DecoderLM(Module):
         return x
 
     def check_length(self, owner: str, length: int, asked: str, fix: str):
-        """check_positions for this model, whose callers (embed, new_cache, decoding.generate)
-        each say what they asked for: only a learned table has a last row."""
+        """check_positions for this model: only a learned table has a last row."""
         if self.positions == "learned":
             check_positions(owner, length, self.n_positions, asked, fix)
 
