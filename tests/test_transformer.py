@@ -345,6 +345,41 @@ def test_dropout_train_mask_and_scaling():
         transformer.Dropout(1.0)
 
 
+def test_printing_a_model_shows_its_tree_of_sub_modules_with_their_sizes_as_torch_does():
+    model = transformer.DecoderLM(V, D, H, n_positions=S, n_layers=1, tie_weights=True)
+    layer = """TransformerLayer(
+  pre_ln=True
+  (ln_1): LayerNorm(dim=4, eps=1e-05)
+  (ln_2): LayerNorm(dim=4, eps=1e-05)
+  (attention): MultiHeadAttention(
+    n_embd=4, n_head=2, causal=True
+    (q_projection): Linear(in_size=4, out_size=4)
+    (k_projection): Linear(in_size=4, out_size=4)
+    (v_projection): Linear(in_size=4, out_size=4)
+    (out_projection): Linear(in_size=4, out_size=4)
+    (dropout): Dropout(p_dropout=0.1)
+    (out_dropout): Dropout(p_dropout=0.1)
+  )
+  (ff): FeedForward(
+    activation='gelu'
+    (linear_in): Linear(in_size=4, out_size=16)
+    (linear_out): Linear(in_size=16, out_size=4)
+    (dropout): Dropout(p_dropout=0.1)
+  )
+)"""
+    assert repr(model.layers[0]) == layer
+    assert repr(model) == (
+        "DecoderLM(\n"
+        "  n_vocab=5, n_embd=4, n_positions=3, positions='learned', tie_weights=True\n"
+        "  (token_embeddings): Embedding(num_embeddings=5, embedding_dim=4)\n"
+        "  (position_embeddings): Embedding(num_embeddings=3, embedding_dim=4)\n"
+        "  (dropout): Dropout(p_dropout=0.1)\n"
+        "  (layers.0): " + layer.replace("\n", "\n  ") + "\n"
+        "  (ln): LayerNorm(dim=4, eps=1e-05)\n"
+        ")")
+    assert repr(transformer.Linear(D, V, bias=False)) == "Linear(in_size=4, out_size=5, bias=None)"
+
+
 # ---- positions -----------------------------------------------------------------------------------
 def test_sequence_longer_than_n_positions():
     model = transformer.DecoderLM(V, D, H, n_positions=8, n_layers=1)

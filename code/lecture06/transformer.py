@@ -11,7 +11,7 @@ the part of the notes (and of the paper, Vaswani et al. 2017) it follows:
 - sinusoidal_frequencies, _positions . §4.2
 - softmax_loss, lm_loss .............. §9.1 HW3 Problem 1 (logsumexp(z) - z_y); next-token loss
 - check_tensor, check_sizes, ... ..... the checks behind the error messages (ids: tensor.py)
-- Parameter, Module .................. named parameters, train/eval, parameter counts
+- Parameter, Module .................. named parameters, train/eval, parameter counts, print()
 - Linear, Embedding, Dropout ......... §4.1, §7.2 (inverted dropout; identity in eval mode)
 - LayerNorm .......................... §5.3 (biased variance, eps inside the sqrt, like torch)
 - MultiHeadAttention ................. §2.2-§2.3, §3.1-§3.3 (causal / pad masks, cross-attention)
@@ -39,7 +39,9 @@ decoding.KVCache.causal_mask).
 
 from __future__ import annotations
 
+import inspect
 import math
+import textwrap
 
 import numpy as np
 
@@ -216,6 +218,9 @@ class Parameter(Tensor):
         super().__init__(np.array(data, dtype=np.float64), requires_grad=True)
 
 
+PLAIN_SETTINGS = (bool, int, float, str, type(None))   # the attributes a module's repr shows
+
+
 class Module:
     """Parameters and sub-modules are found by walking attributes, in the order they were set."""
     training = True
@@ -264,6 +269,18 @@ class Module:
 
     def eval(self):
         return self.train(False)
+
+    def __repr__(self) -> str:
+        """As torch prints a module: the constructor's arguments it keeps as attributes (sizes and
+        switches; None: bias=None is no bias), then a line per sub-module, indented: the tree."""
+        arguments = inspect.signature(type(self).__init__).parameters
+        settings = ", ".join(f"{name}={value!r}" for name, value in vars(self).items()
+                             if name in arguments and isinstance(value, PLAIN_SETTINGS))
+        children = [f"({name}): {child!r}" for name, child in self.named_children()]
+        if not children:
+            return f"{type(self).__name__}({settings})"
+        lines = "\n".join(([settings] if settings else []) + children)
+        return f"{type(self).__name__}(\n{textwrap.indent(lines, '  ')}\n)"
 
 
 # ---- Linear, Embedding, Dropout, LayerNorm (§4.1, §7.2, §5.3) ------------------------------------
