@@ -291,6 +291,13 @@ def test_a_cache_reused_with_another_batch_size_names_both_and_says_to_make_a_ne
             ed.decode(PROMPT[:new_batch_size, :1], ed.encode(SRC[:new_batch_size]), cache=cache)
 
 
+def test_a_finished_hypothesis_prints_its_tokens_scores_and_length_not_its_logits():
+    hypothesis = decoding.Hypothesis(np.array([3, 1]), -1.234567, -1.1, np.zeros((2, V)))
+    assert repr(hypothesis) == "Hypothesis(tokens=[3, 1], score=-1.2346, ranked=-1.1000, length=2)"
+    finished = decoder_lm().generate(PROMPT, 3, num_beams=2).finished
+    assert str(finished).count("Hypothesis(") == 6 and "logits" not in str(finished)
+
+
 def test_generate_and_translate_refuse_float_ids_as_the_models_do():
     with pytest.raises(TypeError, match=r"^DecoderLM.generate: prompt token ids must be integers, "
                                         r"got dtype float64; pass prompt.astype\(int\)$"):

@@ -122,6 +122,11 @@ class Hypothesis:
     ranked: float               # score / lp(|Y|): what the search ranks finished text by
     logits: np.ndarray          # (|Y|, V) the logits each of its tokens was chosen from
 
+    def __repr__(self) -> str:
+        """Its text and scores; not its logits, which would fill the screen."""
+        return (f"Hypothesis(tokens={self.tokens.tolist()}, score={self.score:.4f}, "
+                f"ranked={self.ranked:.4f}, length={len(self.tokens)})")
+
 
 @dataclass
 class Generation:
