@@ -246,12 +246,15 @@ def test_zero_new_tokens_gives_an_empty_result():
 def test_the_cache_cannot_go_past_n_positions_with_learned_positions():
     model = decoder_lm(n_positions=8)
     assert model.generate(PROMPT, 4).tokens.shape == (3, 4)                # 4 + 4 = 8: fits exactly
-    with pytest.raises(ValueError, match=r"prompt length 4 \+ max_new_tokens 5 = 9 exceeds "
-                                         r"n_positions=8: the learned position table has no row "
-                                         r"past position 7; ask for at most 4 new tokens or build "
-                                         r"the model with a larger n_positions"):
+    with pytest.raises(ValueError, match=r"^DecoderLM.generate: prompt length 4 \+ max_new_tokens "
+                                         r"5 = 9 exceeds n_positions=8: the learned position table "
+                                         r"has no row for position 8; ask for at most 4 new tokens "
+                                         r"or build the model with a larger n_positions$"):
         model.generate(PROMPT, 5)
-    with pytest.raises(ValueError, match=r"a KV cache of 9 positions exceeds n_positions=8"):
+    with pytest.raises(ValueError, match=r"^DecoderLM: a KV cache of 9 positions exceeds "
+                                         r"n_positions=8: the learned position table has no row "
+                                         r"for position 8; ask for at most 8 or build the model "
+                                         r"with a larger n_positions$"):
         model.new_cache(9)
     cache = model.new_cache(8)
     with no_grad():
@@ -271,6 +274,39 @@ def test_the_cache_cannot_go_past_n_positions_with_learned_positions():
             == (3, 9))
 
 
+@pytest.mark.parametrize("new_batch_size", [1, 3], ids=["one row (it would broadcast)", "three"])
+def test_a_cache_reused_with_another_batch_size_names_both_and_says_to_make_a_new_one(
+        new_batch_size):
+    fix = (rf"^KVCache: this cache holds a batch of 2 rows, got one of {new_batch_size}; a cache "
+           rf"serves one batch: make a new one for this batch with model.new_cache\(capacity\)$")
+    lm, ed = decoder_lm().eval(), encoder_decoder().eval()
+    with no_grad():
+        cache = lm.new_cache(8)
+        lm(PROMPT[:2], cache=cache)
+        with pytest.raises(ValueError, match=fix):
+            lm(PROMPT[:new_batch_size, :1], cache=cache)
+        cache = ed.new_cache(8)
+        ed.decode(PROMPT[:2, :1], ed.encode(SRC[:2]), cache=cache)
+        with pytest.raises(ValueError, match=fix):
+            ed.decode(PROMPT[:new_batch_size, :1], ed.encode(SRC[:new_batch_size]), cache=cache)
+
+
+def test_a_finished_hypothesis_prints_its_tokens_scores_and_length_not_its_logits():
+    hypothesis = decoding.Hypothesis(np.array([3, 1]), -1.234567, -1.1, np.zeros((2, V)))
+    assert repr(hypothesis) == "Hypothesis(tokens=[3, 1], score=-1.2346, ranked=-1.1000, length=2)"
+    finished = decoder_lm().generate(PROMPT, 3, num_beams=2).finished
+    assert str(finished).count("Hypothesis(") == 6 and "logits" not in str(finished)
+
+
+def test_generate_and_translate_refuse_float_ids_as_the_models_do():
+    with pytest.raises(TypeError, match=r"^DecoderLM.generate: prompt token ids must be integers, "
+                                        r"got dtype float64; pass prompt.astype\(int\)$"):
+        decoder_lm().generate(PROMPT.astype(float), 3)
+    with pytest.raises(TypeError, match=r"^EncoderDecoder: source token ids must be integers, got "
+                                        r"dtype float64; pass ids.astype\(int\)$"):
+        encoder_decoder().generate(SRC.astype(float), SRC_PAD)
+
+
 def test_errors():
     lm, ed = decoder_lm(), encoder_decoder(n_positions=20)
     for model in (lm, ed):
@@ -286,8 +322,10 @@ def test_errors():
                          rng=np.random.default_rng(0))
         with pytest.raises(ValueError, match=r"sampling needs rng=np.random.default_rng\(seed\)"):
             generate(model, True, sample=True)
-    with pytest.raises(ValueError, match=r"max_new_tokens=21 exceeds n_positions=20, the longest "
-                                         r"target"):
+    with pytest.raises(ValueError, match=r"^EncoderDecoder.generate: max_new_tokens=21 exceeds "
+                                         r"n_positions=20: the precomputed sinusoidal table has "
+                                         r"no row for position 20; ask for at most 20 or build the "
+                                         r"model with a larger n_positions$"):
         ed.generate(SRC, SRC_PAD, 21)
     with pytest.raises(ValueError, match=r"src_pad_mask must have the shape of the source ids "
                                          r"\(3, 5\)"):
@@ -295,10 +333,9 @@ def test_errors():
     with pytest.raises(ValueError, match=r"expected a prompt of shape \(B, P\) with P >= 1, got "
                                          r"\(4,\)"):
         lm.generate(PROMPT[0], 3)
-    with pytest.raises(TypeError, match=r"^DecoderLM.generate: the prompt must be token ids, "
-                                        r"integers in a numpy array \(or nested lists\), got a "
-                                        r"Tensor of shape \(3, 4\); pass "
-                                        r"prompt.numpy\(\).astype\(int\)$"):
+    with pytest.raises(TypeError, match=r"^DecoderLM.generate: prompt token ids must be integers "
+                                        r"in a numpy array \(or nested lists\), got a Tensor of "
+                                        r"shape \(3, 4\); pass prompt.numpy\(\).astype\(int\)$"):
         lm.generate(Tensor(PROMPT), 3)
     with pytest.raises(TypeError, match=r"^EncoderDecoder: source token ids must be integers in "
                                         r"a numpy array \(or nested lists\), got a Tensor of "
@@ -663,8 +700,8 @@ class TableLM:
     """A language model given by hand: the next token's probabilities (its logits are their logs)
     after each generated prefix, a tuple of ids; uniform after a prefix the table does not list;
     the prompt is ignored. All that generate needs of a DecoderLM: no layers (so no cache), no
-    positions."""
-    layers, positions, training = [], "none", False
+    positions (so check_length refuses no length; n_positions is read only for its message)."""
+    layers, positions, n_positions, training = [], "none", 0, False
 
     def __init__(self, table: dict, n_vocab: int = 3):
         self.table, self.n_vocab = table, n_vocab
@@ -676,6 +713,9 @@ class TableLM:
     def __call__(self, ids, cache=None):
         # ids (N, 1 + t): the prompt's one token, then what was generated; (N, V) -> (N, 1, V)
         return Tensor(np.log([self.probabilities(row[1:]) for row in ids])[:, None])
+
+    def check_length(self, owner, length, asked, fix):
+        pass
 
     def eval(self):
         return self

@@ -311,13 +311,25 @@ def test_no_handwritten_backward_check_covers_the_new_classes():
     assert len(violations(planted)) == 1 and ".data in forward" in violations(planted)[0]
 
 
+def test_float_source_or_target_ids_are_refused_naming_which_and_astype_int():
+    model = encoder_decoder.EncoderDecoder(11, 8, 2, n_layers=1, n_positions=6)
+    src, tgt = np.zeros((2, 4), int), np.zeros((2, 3), int)
+    floats = {"source": (src + 1.0, tgt), "target": (src, tgt + 1.0)}
+    for which, (source, target) in floats.items():
+        with pytest.raises(TypeError, match=rf"^EncoderDecoder: {which} token ids must be "
+                                            rf"integers, got dtype float64; pass "
+                                            rf"ids.astype\(int\)$"):
+            model(source, target)
+
+
 # ---- bad input -----------------------------------------------------------------------------------
 def test_errors():
     model = encoder_decoder.EncoderDecoder(11, 8, 2, n_layers=1, n_positions=6)
     src, tgt = np.zeros((2, 4), int), np.zeros((2, 3), int)
-    with pytest.raises(ValueError, match=r"target length 7 exceeds n_positions=6, the longest "
-                                         r"sequence this model accepts; shorten the target or "
-                                         r"build the model with a larger"):
+    with pytest.raises(ValueError, match=r"^EncoderDecoder: target length 7 exceeds "
+                                         r"n_positions=6: the precomputed sinusoidal table has no "
+                                         r"row for position 6; shorten the target or build the "
+                                         r"model with a larger n_positions$"):
         model(src, np.zeros((2, 7), int))
     with pytest.raises(ValueError, match=r"source length 9 exceeds n_positions=6"):
         model(np.zeros((2, 9), int), tgt)

@@ -355,6 +355,25 @@ def test_the_cache_refuses_a_pad_mask():
         model(PROMPT, pad_mask=np.zeros(PROMPT.shape, bool), cache=model.new_cache(4))
 
 
+def test_printing_a_llama_model_shows_rmsnorm_and_the_grouped_query_attentions_settings():
+    text = repr(llama.DecoderLM(**model_kwargs(n_kv_heads=2, **LLAMA)))
+    assert text.startswith("DecoderLM(\n  n_vocab=11, n_embd=16, n_positions=5, positions='rope', "
+                           "tie_weights=False\n")
+    assert ("    (ln_1): RMSNorm(dim=16, eps=1e-05)\n"
+            "    (ln_2): RMSNorm(dim=16, eps=1e-05)\n"
+            "    (attention): GroupedQueryAttention(\n"
+            "      n_embd=16, n_head=4, n_kv_heads=2, rope_layout='rotate_half', "
+            "rope_base=10000.0\n"
+            "      (q_projection): Linear(in_size=16, out_size=16)\n"
+            "      (k_projection): Linear(in_size=16, out_size=8)\n") in text
+
+
+def test_float_token_ids_are_refused_as_transformer_decoder_lm_refuses_them():
+    with pytest.raises(TypeError, match=r"^DecoderLM: token ids must be integers, got dtype "
+                                        r"float64; pass ids.astype\(int\)$"):
+        llama.DecoderLM(**model_kwargs(**LLAMA))(np.ones((1, 3)))
+
+
 def test_rope_refuses_an_odd_head_size():
     with pytest.raises(ValueError, match="head size must be an even integer .* head_dim=3"):
         llama.DecoderLM(V, 12, 4, S, positions="rope")

@@ -61,6 +61,19 @@ def test_noam_lr_rejects_steps_outside_its_domain(bad):
         optim.noam_lr(bad)
 
 
+
+@pytest.mark.parametrize("optimizer", [optim.SGD, optim.Adam], ids=["SGD", "Adam"])
+def test_an_optimizer_given_the_model_says_to_pass_model_parameters(optimizer):
+    model = transformer.DecoderLM(7, 8, 2, n_positions=4, n_layers=1)
+    name = optimizer.__name__
+    with pytest.raises(TypeError, match=rf"^{name}: pass model.parameters\(\), not the DecoderLM "
+                                        rf"itself: an optimizer updates a list of Parameters$"):
+        optimizer(model, lr=0.1)
+    with pytest.raises(TypeError, match=rf"^{name}: parameters must be an iterable of Parameters, "
+                                        rf"such as model.parameters\(\), got a Parameter$"):
+        optimizer(model.parameters()[0], lr=0.1)
+    assert optimizer(model.parameters(), lr=0.1).parameters == model.parameters()
+
 @pytest.mark.parametrize("bad,kind", [(1.0, "a float"), (1.5, "a float"), (True, "a bool"),
                                       (np.array([1.0, 2.0]), "an array of float64")])
 def test_noam_lr_given_a_float_step_says_the_float_is_the_problem(bad, kind):

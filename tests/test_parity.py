@@ -324,7 +324,15 @@ def zeros_for(module, shape):
     (lambda m: m.MultiHeadAttention(D, H, causal=False)(zeros_for(m, (1, 2, D)),
                                                         pad_mask=np.array([[1, 0]])),
      TypeError, "True at padded positions"),
-], ids=["n_layers", "n_vocab", "n_head", "divisible", "bool ids", "int pad_mask"])
+    (lambda m: m.DecoderLM(V, D, H, n_positions=S, n_layers=1)(np.ones((1, 2))), TypeError,
+     r"^DecoderLM: token ids must be integers, got dtype float64; pass ids.astype\(int\)$"),
+    (lambda m: m.lm_loss(zeros_for(m, (1, 2, V)), np.ones((1, 2))), TypeError,
+     r"^lm_loss: targets must be integers, got dtype float64; pass targets.astype\(int\)$"),
+    (lambda m: m.MultiHeadAttention(D, H, causal=False)(zeros_for(m, (1, 2, D)),
+                                                        pad_mask=np.zeros((1, 1, 2), bool)),
+     ValueError, r"^pad_mask must have shape \(B, S_k\) = \(1, 2\), got \(1, 1, 2\)"),
+], ids=["n_layers", "n_vocab", "n_head", "divisible", "bool ids", "int pad_mask", "float ids",
+        "float targets", "3-D pad_mask"])
 def test_torch_ref_refuses_the_same_bad_arguments_as_ours(build, error, message):
     for module in (transformer, torch_ref):
         with pytest.raises(error, match=message):

@@ -342,6 +342,18 @@ def test_error_embedding_index():
         embedding(w, np.array([0.5]))
 
 
+def test_embedding_refuses_float_indices_whole_ones_too_as_torch_does():
+    w = leaf((5, 3))
+    for indices in (np.array([1.0, 2.0]), np.array([1.7])):
+        with pytest.raises(TypeError, match=r"^embedding: indices must be integers, got dtype "
+                                            r"float64; pass indices.astype\(int\)$"):
+            embedding(w, indices)
+    with pytest.raises(TypeError, match=r"^embedding: indices must be integers in a numpy array "
+                                        r"\(or nested lists\), got a Tensor of shape \(2,\); "
+                                        r"pass indices.numpy\(\).astype\(int\)$"):
+        embedding(w, Tensor(np.array([1.0, 2.0])))
+
+
 def test_log_of_zero_is_minus_inf_as_in_torch_and_a_negative_entry_is_refused():
     x = tensor.tensor([1.0, 0.0], requires_grad=True)
     y = x.log()

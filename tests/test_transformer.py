@@ -345,6 +345,41 @@ def test_dropout_train_mask_and_scaling():
         transformer.Dropout(1.0)
 
 
+def test_printing_a_model_shows_its_tree_of_sub_modules_with_their_sizes_as_torch_does():
+    model = transformer.DecoderLM(V, D, H, n_positions=S, n_layers=1, tie_weights=True)
+    layer = """TransformerLayer(
+  pre_ln=True
+  (ln_1): LayerNorm(dim=4, eps=1e-05)
+  (ln_2): LayerNorm(dim=4, eps=1e-05)
+  (attention): MultiHeadAttention(
+    n_embd=4, n_head=2, causal=True
+    (q_projection): Linear(in_size=4, out_size=4)
+    (k_projection): Linear(in_size=4, out_size=4)
+    (v_projection): Linear(in_size=4, out_size=4)
+    (out_projection): Linear(in_size=4, out_size=4)
+    (dropout): Dropout(p_dropout=0.1)
+    (out_dropout): Dropout(p_dropout=0.1)
+  )
+  (ff): FeedForward(
+    activation='gelu'
+    (linear_in): Linear(in_size=4, out_size=16)
+    (linear_out): Linear(in_size=16, out_size=4)
+    (dropout): Dropout(p_dropout=0.1)
+  )
+)"""
+    assert repr(model.layers[0]) == layer
+    assert repr(model) == (
+        "DecoderLM(\n"
+        "  n_vocab=5, n_embd=4, n_positions=3, positions='learned', tie_weights=True\n"
+        "  (token_embeddings): Embedding(num_embeddings=5, embedding_dim=4)\n"
+        "  (position_embeddings): Embedding(num_embeddings=3, embedding_dim=4)\n"
+        "  (dropout): Dropout(p_dropout=0.1)\n"
+        "  (layers.0): " + layer.replace("\n", "\n  ") + "\n"
+        "  (ln): LayerNorm(dim=4, eps=1e-05)\n"
+        ")")
+    assert repr(transformer.Linear(D, V, bias=False)) == "Linear(in_size=4, out_size=5, bias=None)"
+
+
 # ---- positions -----------------------------------------------------------------------------------
 def test_sequence_longer_than_n_positions():
     model = transformer.DecoderLM(V, D, H, n_positions=8, n_layers=1)
@@ -520,11 +555,38 @@ def test_multi_head_attention_with_zero_heads_says_so_instead_of_dividing_by_zer
 
 def test_bool_token_ids_are_refused_by_embedding_and_decoder_lm():
     ids = np.array([[True, False, True]])
-    with pytest.raises(TypeError,
-                       match=r"indices are bool \(a mask\?\); token ids must be integers"):
+    with pytest.raises(TypeError, match=r"^Embedding: token ids must be integers, got dtype bool "
+                                        r"\(a mask\?\); pass integer ids$"):
         transformer.Embedding(V, D)(ids)
-    with pytest.raises(TypeError, match="token ids must be integers"):
+    with pytest.raises(TypeError, match=r"^DecoderLM: token ids must be integers, got dtype bool"):
         transformer.DecoderLM(V, D, H, n_positions=S)(ids)
+
+
+@pytest.mark.parametrize("ids", [np.array([[1.0, 2.0]]), np.array([[1.7, 2.0]]), [[1.0, 2]]],
+                         ids=["whole floats", "1.7", "a list with a float"])
+def test_float_token_ids_are_refused_whole_or_not_naming_the_dtype_and_astype_int(ids):
+    """As torch's nn.Embedding: 1.0 is refused as 1.7 is, with the same message."""
+    model = transformer.DecoderLM(V, D, H, n_positions=S, n_layers=1)
+    with pytest.raises(TypeError, match=r"^DecoderLM: token ids must be integers, got dtype "
+                                        r"float64; pass ids.astype\(int\)$"):
+        model(ids)
+    with pytest.raises(TypeError, match=r"^Embedding: token ids must be integers, got dtype "
+                                        r"float64; pass ids.astype\(int\)$"):
+        transformer.Embedding(V, D)(ids)
+    assert model(np.asarray(ids).astype(int)).shape == (1, 2, V)
+
+
+def test_string_token_ids_say_to_look_tokens_up_in_the_vocabulary_first():
+    with pytest.raises(TypeError, match=r"^DecoderLM: token ids must be integers, got strings "
+                                        r"\(dtype <U3\); look each token up in the vocabulary "
+                                        r"first$"):
+        transformer.DecoderLM(V, D, H, n_positions=S, n_layers=1)([["the", "cat"]])
+
+
+def test_lm_loss_with_float_targets_names_lm_loss_and_its_targets():
+    with pytest.raises(TypeError, match=r"^lm_loss: targets must be integers, got dtype float64; "
+                                        r"pass targets.astype\(int\)$"):
+        transformer.lm_loss(leaf((B, S, V)), np.zeros((B, S)))
 
 
 @pytest.mark.parametrize("mask",
@@ -544,10 +606,29 @@ def test_a_pad_mask_of_numbers_is_refused_with_a_message_that_says_which_convent
                                                               pad_mask=bools).shape == (2, S, D)
 
 
+def test_a_pad_mask_of_another_shape_than_b_s_is_refused_naming_both_shapes():
+    """(B, 1, S) and HuggingFace's (B, 1, 1, S) used to pass and fail later, in a permute."""
+    model = transformer.DecoderLM(V, D, H, n_positions=S, n_layers=1)
+    ids = np.zeros((B, S), int)
+    expected = {(B, 1, S): r"a row per sequence, True at its padded keys: the attention "
+                           r"broadcasts it itself$",
+                (B, 1, 1, S): r"that is HuggingFace's broadcast layout; ours is \(B, S_k\) bool, "
+                              r"True at padded keys: from its 2-D attention_mask \(1 = keep\) "
+                              r"pass attention_mask == 0$",
+                (B, S + 1): r"a row per sequence, True at its padded keys: the attention "
+                            r"broadcasts it itself$"}
+    for shape, fix in expected.items():
+        shown = str(shape).replace("(", r"\(").replace(")", r"\)")
+        with pytest.raises(ValueError, match=rf"^pad_mask must have shape \(B, S_k\) = \(2, 3\), "
+                                             rf"got {shown}; {fix}"):
+            model(ids, pad_mask=np.ones(shape, bool))
+    assert model(ids, pad_mask=np.zeros((B, S), bool)).shape == (B, S, V)
+
+
 def test_softmax_loss_with_float_targets_says_targets_must_be_integer_class_ids():
     with pytest.raises(TypeError,
-                       match=r"softmax_loss: target must hold integer class ids, "
-                             r"got dtype float64"):
+                       match=r"^softmax_loss: target class ids must be integers, got dtype "
+                             r"float64; pass target.astype\(int\)$"):
         transformer.softmax_loss(leaf((2, 5)), np.array([0.0, 3.0]))
     with pytest.raises(TypeError, match="got dtype bool"):
         transformer.softmax_loss(leaf((2, 5)), np.array([True, False]))

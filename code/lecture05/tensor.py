@@ -492,17 +492,30 @@ def tensor(data, requires_grad: bool = False) -> Tensor:
     return Tensor(np.array(data, dtype=DTYPE), requires_grad=requires_grad)
 
 
+def check_token_ids(owner: str, ids, what: str = "token ids", name: str = "ids") -> np.ndarray:
+    """ids as an integer numpy array, the one check of all that takes ids (embedding, the models,
+    generate, the losses' targets); the message says how to convert `name`, the argument."""
+    if isinstance(ids, Tensor):   # numpy would hold it whole, as one object of shape ()
+        raise TypeError(f"{owner}: {what} must be integers in a numpy array (or nested lists), "
+                        f"got a Tensor of shape {ids.shape}; pass {name}.numpy().astype(int)")
+    ids = np.asarray(ids)
+    if ids.size == 0:              # an empty list arrives as float64
+        return ids.astype(np.int64)
+    if np.issubdtype(ids.dtype, np.integer):
+        return ids
+    if ids.dtype.kind in "US":
+        got, fix = f"strings (dtype {ids.dtype})", "look each token up in the vocabulary first"
+    elif ids.dtype == bool:        # numpy would read True/False as ids 1/0 (and torch as a mask)
+        got, fix = "dtype bool (a mask?)", "pass integer ids"
+    else:   # floats as torch's nn.Embedding, whole ones too: an id names a row, it is no amount
+        got, fix = f"dtype {ids.dtype}", f"pass {name}.astype(int)"
+    raise TypeError(f"{owner}: {what} must be integers, got {got}; {fix}")
+
+
 def embedding(weight: Tensor, indices) -> Tensor:
     """Row lookup weight[indices] (gather); the backward scatter-adds rows, so repeated ids add
     up."""
-    idx = np.asarray(indices.data if isinstance(indices, Tensor) else indices)
-    if idx.dtype == bool:  # numpy would read True/False as ids 1/0 (or torch as a mask)
-        raise TypeError("embedding: indices are bool (a mask?); token ids must be integers")
-    if not np.issubdtype(idx.dtype, np.integer):
-        if np.all(np.mod(idx, 1) == 0):
-            idx = idx.astype(np.int64)
-        else:
-            raise TypeError(f"embedding: indices must be integers, got dtype {idx.dtype}")
+    idx = check_token_ids("embedding", indices, "indices", "indices")
     n_rows = weight.shape[0]
     if idx.size and (idx.min() < 0 or idx.max() >= n_rows):
         bad = int(idx.max() if idx.max() >= n_rows else idx.min())

@@ -300,6 +300,32 @@ def evaluate_stack(stack, models: list) -> list[float]:
     return [evaluate(model) for model in models]
 
 
+def _record_losses(runs: list, losses: list, batches: list, step: int) -> bool:
+    """Each live run's training excess at this step, as train() records it; a run whose loss is
+    not finite ends here. Whether any run is still alive."""
+    for run_, loss, batch in zip(runs, losses, batches):
+        if run_.alive and not math.isfinite(loss):
+            run_.alive = False
+            run_.curve.append((step + 1, math.inf, math.inf))
+        elif run_.alive:
+            run_.train_excess.append(1000.0 * (loss - batch.entropy))
+            run_.since_eval.append(run_.train_excess[-1])
+    return any(run_.alive for run_ in runs)
+
+
+def _keep_weights(runs: list, stack, done: int, checkpoint_every, kept_steps: set):
+    """After step `done`, each live run's weights as a checkpoint (every checkpoint_every steps)
+    and for the averages that take this step (kept_steps)."""
+    if checkpoint_every and done % checkpoint_every == 0:
+        for run_, state in zip(runs, stack.state_dicts()):
+            if run_.alive:
+                run_.checkpoints.append((done, state))
+    if done in kept_steps:
+        for run_, state in zip(runs, stack.state_dicts()):
+            if run_.alive:
+                run_.kept[done] = state
+
+
 def train_stack(model: dict, training: dict, seeds: list) -> list:
     """[run(model=dict(model, seed=m), training=dict(training, seed=b)) for (m, b) in seeds], the
     runs trained side by side as one city_stack.StackedDecoderLM -> [TrainResult] in that order.
@@ -337,14 +363,7 @@ def train_stack(model: dict, training: dict, seeds: list) -> list:
             y = torch.from_numpy(np.stack([b.y for b in batches]))             # (E, B, S)
             optimizer.lr = lr * lr_factor(step, steps, warmup, schedule)
             losses = city_stack.losses(stack(x), y.view(len(runs), -1))        # (E,)
-            for run_, loss, batch in zip(runs, losses.tolist(), batches):
-                if run_.alive and not math.isfinite(loss):
-                    run_.alive = False
-                    run_.curve.append((step + 1, math.inf, math.inf))
-                elif run_.alive:
-                    run_.train_excess.append(1000.0 * (loss - batch.entropy))
-                    run_.since_eval.append(run_.train_excess[-1])
-            if not any(run_.alive for run_ in runs):
+            if not _record_losses(runs, losses.tolist(), batches, step):
                 break
             optimizer.zero_grad()
             losses.sum().backward()   # each run's gradient is its own loss's: d(sum)/d(loss) = 1
@@ -355,14 +374,7 @@ def train_stack(model: dict, training: dict, seeds: list) -> list:
                     if run_.alive:
                         run_.curve.append((done, float(np.mean(run_.since_eval)), excess))
                         run_.since_eval = []
-            if checkpoint_every and done % checkpoint_every == 0:
-                for run_, state in zip(runs, stack.state_dicts()):
-                    if run_.alive:
-                        run_.checkpoints.append((done, state))
-            if done in kept_steps:
-                for run_, state in zip(runs, stack.state_dicts()):
-                    if run_.alive:
-                        run_.kept[done] = state
+            _keep_weights(runs, stack, done, checkpoint_every, kept_steps)
         for run_, model in zip(runs, models):
             run_.averaged_excess = score_averages(model, run_.kept, averages)
     return [run_.result() for run_ in runs]

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import paths  # noqa: F401  (makes lecture 5's tensor.py importable)
-from tensor import MASK_VALUE, Tensor, no_grad
+from tensor import MASK_VALUE, Tensor, check_token_ids, no_grad
 
 
 class KVCache:
@@ -47,8 +47,17 @@ class KVCache:
         self.kT = self.v = None
         self.length = 0                      # positions written so far (self-attention)
 
+    def check_batch_size(self, batch_size: int):
+        """A cache holds the rows of one batch. Another batch's keys would meet them in a
+        broadcast, which fails (or, from one row, succeeds) without saying why."""
+        if self.kT is not None and self.kT.shape[0] != batch_size:
+            raise ValueError(f"KVCache: this cache holds a batch of {self.kT.shape[0]} rows, got "
+                             f"one of {batch_size}; a cache serves one batch: make a new one "
+                             f"for this batch with model.new_cache(capacity)")
+
     def write(self, kT_new: Tensor, v_new: Tensor):
         """Append n positions: kT_new (B, h, Dh, n), v_new (B, h, n, Dh)."""
+        self.check_batch_size(kT_new.shape[0])
         n_new = kT_new.shape[-1]
         if self.length + n_new > self.capacity:
             raise ValueError(f"KVCache: cannot write {n_new} more position(s) after "
@@ -85,6 +94,7 @@ class KVCache:
             (B, n, D): heads concatenated, before out_projection
         """
         if self.capacity is None:      # cross-attention: project the encoder output once
+            self.check_batch_size(x.shape[0])
             if self.kT is None:
                 if kv is None:
                     raise ValueError("MultiHeadAttention: a cross-attention cache needs kv= (the "
@@ -111,6 +121,11 @@ class Hypothesis:
     score: float                # the sum of its log-probabilities under the model
     ranked: float               # score / lp(|Y|): what the search ranks finished text by
     logits: np.ndarray          # (|Y|, V) the logits each of its tokens was chosen from
+
+    def __repr__(self) -> str:
+        """Its text and scores; not its logits, which would fill the screen."""
+        return (f"Hypothesis(tokens={self.tokens.tolist()}, score={self.score:.4f}, "
+                f"ranked={self.ranked:.4f}, length={len(self.tokens)})")
 
 
 @dataclass
@@ -161,40 +176,18 @@ def generate(model, prompt, max_new_tokens: int, *, sample: bool = False,
         Generation: tokens (B, T), lengths (B,), logits (B, T, n_vocab), n_forward,
         positions_computed, scores (B,); num_beams > 1: finished
     """
-    if isinstance(prompt, Tensor):
-        raise TypeError(f"DecoderLM.generate: the prompt must be token ids, integers in a numpy "
-                        f"array (or nested lists), got a Tensor of shape {prompt.shape}; pass "
-                        f"prompt.numpy().astype(int)")
-    prompt = np.asarray(prompt)
-    if prompt.ndim != 2 or prompt.shape[1] == 0:
-        raise ValueError(f"DecoderLM.generate: expected a prompt of shape (B, P) with P >= 1, "
-                         f"got {prompt.shape}")
+    prompt = _check_prompt(prompt)
     rng = _check_decoding("DecoderLM.generate", max_new_tokens, sample, temperature, rng,
                           num_beams, length_penalty, finish, top_k, top_p)
     _check_end_and_pad_ids("DecoderLM.generate", model.n_vocab, end_id, pad_id)
-    if not all(layer.attention.causal for layer in model.layers):
-        raise ValueError("DecoderLM.generate: the model is not causal (causal=False): each "
-                         "position sees the future, so it cannot generate left to right")
-    total = prompt.shape[1] + max_new_tokens
-    if model.positions == "learned" and total > model.n_positions:
-        raise ValueError(f"DecoderLM.generate: prompt length {prompt.shape[1]} + "
-                         f"max_new_tokens {max_new_tokens} = {total} exceeds "
-                         f"n_positions={model.n_positions}: the learned position table has no "
-                         f"row past position {model.n_positions - 1}; ask for at most "
-                         f"{max(model.n_positions - prompt.shape[1], 0)} new tokens or build "
-                         f"the model with a larger n_positions")
+    total = _check_model_fits(model, prompt.shape[1], max_new_tokens)
     # the last token is only returned, never fed back: the cache needs total - 1 positions
     cache = (model.new_cache(total - 1) if use_cache and max_new_tokens > 0 and model.layers
              else None)
     beams = np.repeat(prompt, num_beams, axis=0)      # (B, P) -> (B·k, P): k rows per prompt
 
     def step(generated):
-        if cache is None:
-            # (B·k, P + t): the whole prefix
-            ids = np.concatenate([beams, generated], axis=1)
-        else:
-            # only what is not cached
-            ids = beams if generated.shape[1] == 0 else generated[:, -1:]
+        ids = _unseen_ids(beams, generated, cache)
         return _last_position(model(ids, cache=cache)), ids.shape[1]
 
     with _decoding(model):
@@ -229,17 +222,7 @@ def translate(model, src, src_pad_mask=None, max_new_tokens: int | None = None, 
     rng = _check_decoding("EncoderDecoder.generate", max_new_tokens, sample, temperature, rng,
                           num_beams, length_penalty, finish, top_k, top_p)
     _check_end_and_pad_ids("EncoderDecoder.generate", model.n_vocab, end_id, pad_id)
-    if max_new_tokens is None:
-        src_lengths = src.shape[1] - (0 if src_pad_mask is None else src_pad_mask.sum(axis=1))
-        limits = np.minimum(np.broadcast_to(src_lengths + 50, (src.shape[0],)),
-                            model.n_positions)
-    elif max_new_tokens > model.n_positions:
-        raise ValueError(f"EncoderDecoder.generate: max_new_tokens={max_new_tokens} exceeds "
-                         f"n_positions={model.n_positions}, the longest target this model "
-                         f"accepts; ask for at most {model.n_positions} or build the model with "
-                         f"a larger n_positions")
-    else:
-        limits = np.full(src.shape[0], max_new_tokens)
+    limits = _translation_limits(model, src, src_pad_mask, max_new_tokens)
     bos = np.full((src.shape[0] * num_beams, 1), model.bos_id)
     with _decoding(model):
         memory = model.encode(src, src_pad_mask)
@@ -252,17 +235,54 @@ def translate(model, src, src_pad_mask=None, max_new_tokens: int | None = None, 
         cache = model.new_cache(int(limits.max())) if use_cache and limits.max() > 0 else None
 
         def step(generated):
-            if cache is None:
-                # (B·k, 1 + t): the whole prefix
-                ids = np.concatenate([bos, generated], axis=1)
-            else:
-                ids = bos if generated.shape[1] == 0 else generated[:, -1:]
+            ids = _unseen_ids(bos, generated, cache)
             logits = model.decode(ids, memory, src_pad_mask, cache=cache)
             return _last_position(logits), ids.shape[1]
 
         return _decode(step, limits, model.n_vocab, sample, temperature, rng, end_id, pad_id,
                        num_beams, length_penalty, finish, top_k, top_p,
                        reorder=None if cache is None else _reorder(cache))
+
+
+def _check_prompt(prompt) -> np.ndarray:
+    """The prompt as a (B, P) array of token ids, P >= 1."""
+    prompt = check_token_ids("DecoderLM.generate", prompt, "prompt token ids", "prompt")
+    if prompt.ndim != 2 or prompt.shape[1] == 0:
+        raise ValueError(f"DecoderLM.generate: expected a prompt of shape (B, P) with P >= 1, "
+                         f"got {prompt.shape}")
+    return prompt
+
+
+def _check_model_fits(model, prompt_length: int, max_new_tokens: int) -> int:
+    """The prompt and the new tokens, their total, if the model can generate them: causal, and
+    with a learned table long enough."""
+    if not all(layer.attention.causal for layer in model.layers):
+        raise ValueError("DecoderLM.generate: the model is not causal (causal=False): each "
+                         "position sees the future, so it cannot generate left to right")
+    total = prompt_length + max_new_tokens
+    model.check_length("DecoderLM.generate", total,
+                       f"prompt length {prompt_length} + max_new_tokens {max_new_tokens} = {total}",
+                       f"ask for at most {max(model.n_positions - prompt_length, 0)} new tokens")
+    return total
+
+
+def _translation_limits(model, src: np.ndarray, src_pad_mask, max_new_tokens) -> np.ndarray:
+    """(B,) the tokens each source's translation may have: max_new_tokens, or with None its own
+    length + 50 (the paper's limit), at most n_positions."""
+    if max_new_tokens is None:
+        src_lengths = src.shape[1] - (0 if src_pad_mask is None else src_pad_mask.sum(axis=1))
+        return np.minimum(np.broadcast_to(src_lengths + 50, (src.shape[0],)), model.n_positions)
+    model.check_length("EncoderDecoder.generate", max_new_tokens,
+                       f"max_new_tokens={max_new_tokens}", f"ask for at most {model.n_positions}")
+    return np.full(src.shape[0], max_new_tokens)
+
+
+def _unseen_ids(first: np.ndarray, generated: np.ndarray, cache) -> np.ndarray:
+    """What a decoding step feeds the decoder: without a cache the whole prefix (B·k, P + t),
+    first (the prompt or bos) and what was generated; with one only what it has not seen."""
+    if cache is None:
+        return np.concatenate([first, generated], axis=1)
+    return first if generated.shape[1] == 0 else generated[:, -1:]
 
 
 # ---- the shared loop: greedy, sampling, beam search ----------------------------------------------
@@ -486,7 +506,6 @@ def _beam_search(step, limits: np.ndarray, n_vocab: int, k: int, alpha: float,
     high (score / lp); where the two differ, a student comparing with HuggingFace sees other
     text. (HuggingFace also divides by |Y|^α, not Wu's lp, and stops by its own bound.)"""
     batch_size = len(limits)
-    rows = np.arange(batch_size)[:, None]                            # (B, 1)
     tokens = np.zeros((batch_size, k, 0), dtype=np.int64)            # (B, k, t) the live beams
     history = np.zeros((batch_size, k, 0, n_vocab))                  # (B, k, t, V) their logits
     # a row's k copies start as one prefix: only the first is live, or each text came k times
@@ -500,49 +519,79 @@ def _beam_search(step, limits: np.ndarray, n_vocab: int, k: int, alpha: float,
         n_forward, positions = n_forward + 1, positions + k * n_positions
         z = logits.numpy().reshape(batch_size, k, n_vocab)
         candidates = sums[:, :, None] + _log_probabilities(logits).reshape(batch_size, k, n_vocab)
-        length = tokens.shape[2] + 1
-        live = candidates.copy()
-        if end_id is not None:
-            live[:, :, end_id] = -np.inf
-        # (B, k) the k best extensions that do not end, as flat indices parent · V + token
-        best = np.argsort(-live.reshape(batch_size, -1), axis=1, kind="stable")[:, :k]
-        parent, token = np.divmod(best, n_vocab)
-        new_sums = np.take_along_axis(live.reshape(batch_size, -1), best, axis=1)
-        extended = np.concatenate([tokens[rows, parent], token[:, :, None]], axis=2)
-        extended_history = np.concatenate([history[rows, parent], z[rows, parent][:, :, None]],
-                                          axis=2)
+        parent, token, new_sums = _best_live_extensions(candidates, end_id)
+        extended, extended_history = _extend(tokens, history, z, parent, token)
         for b in np.flatnonzero(~done):
             if end_id is not None:
                 for j in _ending_beams(candidates[b], sums[b], end_id, k, finish):
-                    score = candidates[b, j, end_id]
-                    _keep_best(pools[b], Hypothesis(
-                        np.append(tokens[b, j], end_id), float(score),
-                        float(score / length_penalty(length, alpha)),
-                        np.concatenate([history[b, j], z[b, j][None]])), k)
-            if length >= limits[b]:
-                for j in np.flatnonzero(np.isfinite(new_sums[b])):
-                    _keep_best(pools[b], Hypothesis(
-                        extended[b, j], float(new_sums[b, j]),
-                        float(new_sums[b, j] / length_penalty(length, alpha)),
-                        extended_history[b, j]), k)
-                done[b] = True
-            else:
-                worst = pools[b][-1].ranked if len(pools[b]) == k else -np.inf
-                done[b] = new_sums[b].max() / length_penalty(limits[b], alpha) <= worst
+                    ended = _finished(np.append(tokens[b, j], end_id), candidates[b, j, end_id],
+                                      alpha, np.concatenate([history[b, j], z[b, j][None]]))
+                    _keep_best(pools[b], ended, k)
+            done[b] = _row_done(pools[b], extended[b], extended_history[b], new_sums[b], limits[b],
+                                alpha)
         # a row that is done keeps its beams and is fed pad_id: its answer is in its pool
         parent = np.where(done[:, None], np.arange(k), parent)
         token = np.where(done[:, None], pad_id, token)
-        tokens = np.concatenate([tokens[rows, parent], token[:, :, None]], axis=2)
-        history = np.concatenate([history[rows, parent], z[rows, parent][:, :, None]], axis=2)
+        tokens, history = _extend(tokens, history, z, parent, token)
         sums = np.where(done[:, None], sums, new_sums)
         if reorder is not None and not done.all():
-            reorder((rows * k + parent).reshape(-1))
+            reorder((np.arange(batch_size)[:, None] * k + parent).reshape(-1))
+    return _answers(pools, n_vocab, pad_id, n_forward, positions)
+
+
+def _best_live_extensions(candidates: np.ndarray, end_id: int | None) -> tuple:
+    """(B, k, V) the sums of each row's k·V extensions -> the k best that do not end, as (B, k)
+    parent beams, tokens and sums (ties: the lower parent · V + token)."""
+    batch_size, k, n_vocab = candidates.shape
+    live = candidates.copy()
+    if end_id is not None:
+        live[:, :, end_id] = -np.inf
+    # (B, k) the k best extensions that do not end, as flat indices parent · V + token
+    best = np.argsort(-live.reshape(batch_size, -1), axis=1, kind="stable")[:, :k]
+    parent, token = np.divmod(best, n_vocab)
+    return parent, token, np.take_along_axis(live.reshape(batch_size, -1), best, axis=1)
+
+
+def _extend(tokens: np.ndarray, history: np.ndarray, z: np.ndarray, parent: np.ndarray,
+            token: np.ndarray) -> tuple:
+    """Every row's k beams continued, beam j of row b from its parent beam parent[b, j] by
+    token[b, j]: (B, k, t) tokens and their (B, k, t, V) logits -> (B, k, t + 1), (B, k, t + 1, V),
+    the new token's logits z[b, parent] (z: (B, k, V), this step's)."""
+    rows = np.arange(len(tokens))[:, None]                           # (B, 1)
+    return (np.concatenate([tokens[rows, parent], token[:, :, None]], axis=2),
+            np.concatenate([history[rows, parent], z[rows, parent][:, :, None]], axis=2))
+
+
+def _finished(tokens: np.ndarray, score, alpha: float, logits: np.ndarray) -> Hypothesis:
+    """A finished text, ranked by its score / lp(|Y|)."""
+    return Hypothesis(tokens, float(score), float(score / length_penalty(len(tokens), alpha)),
+                      logits)
+
+
+def _row_done(pool: list, extended: np.ndarray, extended_history: np.ndarray,
+              new_sums: np.ndarray, limit: int, alpha: float) -> bool:
+    """Whether a row's search ends after this step, its k beams now extended (k, |Y|): at its
+    limit, with its live hypotheses added to its pool; before, once the pool holds k and no live
+    sum s can beat the worst of them (log-probabilities only fall: at best s / lp(limit))."""
+    k, length = extended.shape
+    if length >= limit:
+        for j in np.flatnonzero(np.isfinite(new_sums)):
+            _keep_best(pool, _finished(extended[j], new_sums[j], alpha, extended_history[j]), k)
+        return True
+    worst = pool[-1].ranked if len(pool) == k else -np.inf
+    return new_sums.max() / length_penalty(limit, alpha) <= worst
+
+
+def _answers(pools: list, n_vocab: int, pad_id: int, n_forward: int,
+             positions: int) -> Generation:
+    """The Generation of a beam search: each row's best finished hypothesis (none if its limit
+    was 0), padded with pad_id to the longest; its pool as finished."""
     answers = [pool[0] if pool else Hypothesis(np.zeros(0, dtype=np.int64), 0.0, 0.0,
                                                np.zeros((0, n_vocab))) for pool in pools]
     lengths = np.array([len(h.tokens) for h in answers], dtype=np.int64)
     width = int(lengths.max(initial=0))
-    chosen = np.full((batch_size, width), pad_id, dtype=np.int64)
-    logits_all = np.zeros((batch_size, width, n_vocab))
+    chosen = np.full((len(pools), width), pad_id, dtype=np.int64)
+    logits_all = np.zeros((len(pools), width, n_vocab))
     for b, h in enumerate(answers):
         chosen[b, :len(h.tokens)], logits_all[b, :len(h.tokens)] = h.tokens, h.logits
     return Generation(chosen, lengths, logits_all, n_forward, positions,

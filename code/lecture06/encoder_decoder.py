@@ -17,9 +17,9 @@ import numpy as np
 
 import paths  # noqa: F401  (makes lecture 5's tensor.py importable)
 import decoding
-from tensor import Tensor
+from tensor import Tensor, check_token_ids
 from transformer import (Dropout, Embedding, FeedForward, LayerNorm, Module, MultiHeadAttention,
-                         TransformerLayer, check_token_ids, sinusoidal_positions)
+                         TransformerLayer, check_positions, sinusoidal_positions)
 
 
 class EncoderLayer(TransformerLayer):
@@ -138,12 +138,16 @@ class EncoderDecoder(Module):
         if ids.ndim != 2 or ids.shape[1] == 0:
             raise ValueError(f"EncoderDecoder: expected {what} token ids of shape (B, S) with "
                              f"S >= 1, got {ids.shape}")
-        if start + ids.shape[1] > self.n_positions:
-            raise ValueError(f"EncoderDecoder: {what} length {start + ids.shape[1]} exceeds "
-                             f"n_positions={self.n_positions}, the longest sequence this model "
-                             f"accepts; shorten the {what} or build the model with a larger "
-                             f"n_positions")
+        length = start + ids.shape[1]
+        self.check_length("EncoderDecoder", length, f"{what} length {length}",
+                          f"shorten the {what}")
         return ids
+
+    def check_length(self, owner: str, length: int, asked: str, fix: str):
+        """check_positions for this model, whose callers (check_ids, new_cache,
+        decoding.translate) each say what they asked for."""
+        check_positions(owner, length, self.n_positions, asked, fix,
+                        table="the precomputed sinusoidal table")
 
     @staticmethod
     def check_pad_mask(pad_mask, ids: np.ndarray, name: str, what: str):
@@ -235,9 +239,8 @@ class EncoderDecoder(Module):
     def new_cache(self, capacity: int) -> list:
         """Per decoder layer a (self-attention KVCache(capacity), cross-attention KVCache())
         pair."""
-        if capacity > self.n_positions:
-            raise ValueError(f"EncoderDecoder: a KV cache of {capacity} positions exceeds "
-                             f"n_positions={self.n_positions}; ask for at most {self.n_positions}")
+        self.check_length("EncoderDecoder", capacity, f"a KV cache of {capacity} positions",
+                          f"ask for at most {self.n_positions}")
         return [(decoding.KVCache(capacity), decoding.KVCache()) for _ in self.decoder_layers]
 
     def generate(self, src, src_pad_mask=None, max_new_tokens: int | None = None,

@@ -160,20 +160,8 @@ def _block_scores(q, kT, mask, causal: bool, scale: float, start: int, stop: int
     return scores
 
 
-def flash_attention(q: Tensor, kT: Tensor, v: Tensor, mask=None, causal: bool = False,
-                    block_size: int = 64) -> Tensor:
-    """softmax(q kᵀ/√Dh + mask) v in one launch, over key blocks, never forming the S_q × S_k
-    weights.
-
-    q (..., S_q, Dh), kT (..., Dh, S_k), v (..., S_k, Dv); mask additive and constant,
-    broadcastable to (..., S_q, S_k); causal=True adds MASK_VALUE above the diagonal, made from
-    positions (so no S × S mask is read or kept). The online softmax: per block s, the running row
-    max m, sum l and output acc are rescaled by e^(m - m') when the max grows to m'. Saved for
-    backward: q, k, v, the output and per row m and log l (the logsumexp m + log l in its two
-    parts: at a fully masked row m ≈ -1e9, and the sum would round log l away to ~1e-7). Backward
-    recomputes each block's scores: p = e^((s - m) - log l), D = rowsum(dO∘O) (= Σ_j p_j dp_j),
-    dv = pᵀdO, dp = dO vᵀ, ds = p∘(dp - D), dq += ds k/√Dh, dk = dsᵀq/√Dh. It cannot drop
-    attention weights (it never holds them all)."""
+def _check_flash_arguments(q: Tensor, kT: Tensor, v: Tensor, causal: bool, block_size):
+    """flash_attention's arguments, each refused with what it needs."""
     batch, (n_queries, head_dim), n_keys = q.shape[:-2], q.shape[-2:], kT.shape[-1]
     if (kT.shape[:-2] != batch or v.shape[:-2] != batch or kT.shape[-2] != head_dim
             or v.shape[-2] != n_keys):
@@ -191,6 +179,24 @@ def flash_attention(q: Tensor, kT: Tensor, v: Tensor, mask=None, causal: bool = 
         raise ValueError(f"flash_attention: causal=True needs as many keys as queries, got "
                          f"S_q = {n_queries}, S_k = {n_keys}; pass the mask as mask= instead "
                          f"(a KV cache's, say)")
+
+
+def flash_attention(q: Tensor, kT: Tensor, v: Tensor, mask=None, causal: bool = False,
+                    block_size: int = 64) -> Tensor:
+    """softmax(q kᵀ/√Dh + mask) v in one launch, over key blocks, never forming the S_q × S_k
+    weights.
+
+    q (..., S_q, Dh), kT (..., Dh, S_k), v (..., S_k, Dv); mask additive and constant,
+    broadcastable to (..., S_q, S_k); causal=True adds MASK_VALUE above the diagonal, made from
+    positions (so no S × S mask is read or kept). The online softmax: per block s, the running row
+    max m, sum l and output acc are rescaled by e^(m - m') when the max grows to m'. Saved for
+    backward: q, k, v, the output and per row m and log l (the logsumexp m + log l in its two
+    parts: at a fully masked row m ≈ -1e9, and the sum would round log l away to ~1e-7). Backward
+    recomputes each block's scores: p = e^((s - m) - log l), D = rowsum(dO∘O) (= Σ_j p_j dp_j),
+    dv = pᵀdO, dp = dO vᵀ, ds = p∘(dp - D), dq += ds k/√Dh, dk = dsᵀq/√Dh. It cannot drop
+    attention weights (it never holds them all)."""
+    _check_flash_arguments(q, kT, v, causal, block_size)
+    batch, (n_queries, head_dim), n_keys = q.shape[:-2], q.shape[-2:], kT.shape[-1]
     scores_shape = (*batch, n_queries, n_keys)
     mask = _constant_mask(mask, scores_shape, "flash_attention")
     mask_view = None if mask is None else np.broadcast_to(mask, scores_shape)   # no copy

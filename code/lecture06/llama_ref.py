@@ -124,7 +124,7 @@ class GroupedQueryAttention(nn.Module):
         scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(self.head_dim))
         scores = scores + torch_ref.MultiHeadAttention.create_causal_mask(seq_len, x.dtype)
         if pad_mask is not None:
-            pad = torch.as_tensor(check_pad_mask(pad_mask))
+            pad = torch.as_tensor(check_pad_mask(pad_mask, batch_size, seq_len))
             # (B, S) -> (B, 1, 1, S): no query sees a padded key
             scores = scores + torch.where(pad, MASK_VALUE, 0.0).to(x.dtype)[:, None, None, :]
         weights = torch.softmax(scores, dim=-1)                        # (B, h, S, S)

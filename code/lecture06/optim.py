@@ -12,13 +12,26 @@ import math
 import numpy as np
 
 
+def parameter_list(owner: str, parameters) -> list:
+    """The Parameters an optimizer updates, as a list. A model given whole would fail with
+    "'DecoderLM' object is not iterable", which says nothing of what to pass."""
+    if callable(getattr(parameters, "parameters", None)):
+        raise TypeError(f"{owner}: pass model.parameters(), not the {type(parameters).__name__} "
+                        f"itself: an optimizer updates a list of Parameters")
+    try:
+        return list(parameters)
+    except TypeError:   # a lone Parameter or a number: the cause is here, not in iteration
+        raise TypeError(f"{owner}: parameters must be an iterable of Parameters, such as "
+                        f"model.parameters(), got a {type(parameters).__name__}") from None
+
+
 class SGD:
     """Plain gradient descent, for the smallest demos."""
 
     def __init__(self, parameters, lr: float):
         if not lr > 0:
             raise ValueError(f"SGD: lr must be > 0, got {lr}")
-        self.parameters, self.lr = list(parameters), lr
+        self.parameters, self.lr = parameter_list("SGD", parameters), lr
 
     def step(self):
         for p in self.parameters:
@@ -36,7 +49,8 @@ class Adam:
             raise ValueError(f"Adam: betas must be two numbers in [0, 1), got {betas}")
         if not eps > 0:  # with eps = 0 a parameter whose gradient is exactly 0 would get 0/0 = nan
             raise ValueError(f"Adam: eps must be > 0, got {eps}")
-        self.parameters, self.lr, self.betas, self.eps = list(parameters), lr, betas, eps
+        self.parameters = parameter_list("Adam", parameters)
+        self.lr, self.betas, self.eps = lr, betas, eps
         self.m = [np.zeros_like(p.data) for p in self.parameters]
         self.v = [np.zeros_like(p.data) for p in self.parameters]
         self.t = 0

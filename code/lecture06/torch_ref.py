@@ -20,7 +20,7 @@ from torch import nn
 
 import paths  # noqa: F401  (makes lecture 5's tensor.py importable)
 # one mask convention, one encoding, the same checks
-from tensor import MASK_VALUE
+from tensor import MASK_VALUE, check_token_ids
 import transformer
 from transformer import check_pad_mask, check_sizes, sinusoidal_positions
 
@@ -128,7 +128,8 @@ class MultiHeadAttention(nn.Module):
             mask = self.create_causal_mask(x.shape[1], x.dtype, x.device)
         if pad_mask is not None:
             if not torch.is_tensor(pad_mask) or pad_mask.dtype != torch.bool:
-                pad_mask = torch.as_tensor(check_pad_mask(pad_mask))
+                n_keys = (x if kv is None else kv).shape[1]
+                pad_mask = torch.as_tensor(check_pad_mask(pad_mask, x.shape[0], n_keys))
             pad = torch.where(pad_mask.to(x.device), MASK_VALUE, 0.0).to(x.dtype)[:, None, None, :]
             mask = pad if mask is None else mask + pad
         return self.out_dropout(self.out_projection(self.self_attention(q, kT, v, mask)))
@@ -206,7 +207,7 @@ class DecoderLM(nn.Module):
         return x
 
     def forward(self, idx, pad_mask=None):
-        idx = torch.as_tensor(np.asarray(idx)) if not torch.is_tensor(idx) else idx
+        idx = idx if torch.is_tensor(idx) else torch.as_tensor(check_token_ids("DecoderLM", idx))
         x = self.dropout(self.embed(idx))
         for layer in self.layers:
             x = layer(x, pad_mask=pad_mask)
@@ -220,7 +221,8 @@ class DecoderLM(nn.Module):
 def lm_loss(logits, targets, ignore_index: int = -100):
     """transformer.lm_loss's twin: F.cross_entropy over (B, S, V) logits, leaving out
     ignore_index."""
-    targets = targets if torch.is_tensor(targets) else torch.as_tensor(np.asarray(targets))
+    if not torch.is_tensor(targets):
+        targets = torch.as_tensor(check_token_ids("lm_loss", targets, "targets", "targets"))
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]),
                            targets.reshape(-1).to(logits.device), ignore_index=ignore_index)
 
@@ -269,7 +271,7 @@ def _shift_right(tgt, tgt_pad_mask, bos_id: int):
 
 
 def _as_ids(ids):
-    return ids if torch.is_tensor(ids) else torch.as_tensor(np.asarray(ids))
+    return ids if torch.is_tensor(ids) else torch.as_tensor(check_token_ids("EncoderDecoder", ids))
 
 
 def _as_mask(mask):

@@ -10,8 +10,8 @@ the part of the notes (and of the paper, Vaswani et al. 2017) it follows:
 - logsumexp, softmax, gelu ........... §9.1 (max subtracted; tanh GELU as x·sigmoid(2u))
 - sinusoidal_frequencies, _positions . §4.2
 - softmax_loss, lm_loss .............. §9.1 HW3 Problem 1 (logsumexp(z) - z_y); next-token loss
-- check_tensor, check_token_ids, ...  the checks behind the modules' error messages
-- Parameter, Module .................. named parameters, train/eval, parameter counts
+- check_tensor, check_sizes, ... ..... the checks behind the error messages (ids: tensor.py)
+- Parameter, Module .................. named parameters, train/eval, parameter counts, print()
 - Linear, Embedding, Dropout ......... §4.1, §7.2 (inverted dropout; identity in eval mode)
 - LayerNorm .......................... §5.3 (biased variance, eps inside the sqrt, like torch)
 - MultiHeadAttention ................. §2.2-§2.3, §3.1-§3.3 (causal / pad masks, cross-attention)
@@ -39,13 +39,15 @@ decoding.KVCache.causal_mask).
 
 from __future__ import annotations
 
+import inspect
 import math
+import textwrap
 
 import numpy as np
 
 import paths  # noqa: F401  (makes lecture 5's tensor.py importable)
 import kernels
-from tensor import MASK_VALUE, Tensor, embedding   # MASK_VALUE: see "Masks" above
+from tensor import MASK_VALUE, Tensor, check_token_ids, embedding   # MASK_VALUE: see "Masks" above
 
 
 # ---- seeds ---------------------------------------------------------------------------------------
@@ -121,15 +123,10 @@ def softmax_loss(logits: Tensor, target) -> Tensor:
         loss: (N,); its gradient with respect to logits is softmax(z) - onehot(y)
     """
     check_tensor("softmax_loss", logits, "logits")
-    target = check_token_ids("softmax_loss", target, "target class ids")
+    target = check_token_ids("softmax_loss", target, "target class ids", "target")
     if logits.ndim != 2 or target.shape != logits.shape[:1]:
         raise ValueError(f"softmax_loss: expected logits (N, C) and target (N,), "
                          f"got {logits.shape} and {target.shape}")
-    if target.size == 0:
-        target = target.astype(np.int64)  # an empty list arrives as float64
-    if not np.issubdtype(target.dtype, np.integer):
-        raise TypeError(f"softmax_loss: target must hold integer class ids, got dtype "
-                        f"{target.dtype} (class probabilities are not supported)")
     n_classes = logits.shape[1]
     if target.size and (target.min() < 0 or target.max() >= n_classes):
         raise IndexError(f"softmax_loss: target ids must lie in 0..{n_classes - 1}, "
@@ -149,11 +146,11 @@ def lm_loss(logits: Tensor, targets, ignore_index: int = -100) -> Tensor:
     padding, or to train only on the target half of a decoder-only translation (notes §6.3).
     """
     check_tensor("lm_loss", logits, "logits")
-    targets = check_token_ids("lm_loss", targets, "targets")
+    targets = check_token_ids("lm_loss", targets, "targets", "targets")
     if logits.ndim != 3 or targets.shape != logits.shape[:2]:
+        hint = "; for (N, C) logits use softmax_loss" if logits.ndim == 2 else ""
         raise ValueError(f"lm_loss: expected logits (B, S, V) and targets (B, S), got "
-                         f"{logits.shape} and {targets.shape}"
-                         + ("; for (N, C) logits use softmax_loss" if logits.ndim == 2 else ""))
+                         f"{logits.shape} and {targets.shape}{hint}")
     batch_size, seq_len, n_vocab = logits.shape
     targets = targets.reshape(-1)                                  # (B, S) -> (B·S,)
     keep = targets != ignore_index
@@ -177,15 +174,6 @@ def check_tensor(owner: str, x, what: str = "input"):
                         f"tensor.tensor(x) (requires_grad=True if you want its gradient)")
 
 
-def check_token_ids(owner: str, ids, what: str = "token ids") -> np.ndarray:
-    """ids as a numpy array. A Tensor is refused: numpy would hold it whole, as one object of shape
-    (), and ids are looked up, not differentiated."""
-    if isinstance(ids, Tensor):
-        raise TypeError(f"{owner}: {what} must be integers in a numpy array (or nested lists), "
-                        f"got a Tensor of shape {ids.shape}; pass ids.numpy().astype(int)")
-    return np.asarray(ids)
-
-
 def check_sizes(owner: str, **sizes):
     """Each size=(value, least allowed) must be an int (not a bool) of at least that value."""
     for name, (value, least) in sizes.items():
@@ -193,10 +181,19 @@ def check_sizes(owner: str, **sizes):
             raise ValueError(f"{owner}: {name} must be an integer >= {least}, got {value!r}")
 
 
-def check_pad_mask(pad_mask) -> np.ndarray:
-    """pad_mask as a bool array; 0/1 numbers are refused, because conventions disagree on which
-    is which."""
+def check_pad_mask(pad_mask, batch_size: int, n_keys: int) -> np.ndarray:
+    """pad_mask as a (B, S_k) bool array, True at padded keys. Another shape is refused here, not
+    in a permute after numpy broadcast it ((B, 1, S_k), HF's (B, 1, 1, S_k)); so are 0/1 numbers,
+    because conventions disagree on which is which."""
     pad_mask = np.asarray(pad_mask)
+    if pad_mask.shape != (batch_size, n_keys):
+        if pad_mask.ndim == 4:
+            fix = ("that is HuggingFace's broadcast layout; ours is (B, S_k) bool, True at padded "
+                   "keys: from its 2-D attention_mask (1 = keep) pass attention_mask == 0")
+        else:
+            fix = "a row per sequence, True at its padded keys: the attention broadcasts it itself"
+        raise ValueError(f"pad_mask must have shape (B, S_k) = ({batch_size}, {n_keys}), got "
+                         f"{pad_mask.shape}; {fix}")
     if pad_mask.dtype != bool:
         raise TypeError(f"pad_mask must be a bool array with True at padded positions, got dtype "
                         f"{pad_mask.dtype}; HuggingFace's attention_mask is the opposite "
@@ -204,10 +201,24 @@ def check_pad_mask(pad_mask) -> np.ndarray:
     return pad_mask
 
 
+def check_positions(owner: str, length: int, n_positions: int, asked: str, fix: str,
+                    table: str = "the learned position table"):
+    """The one guard for a sequence longer than a model's n_positions position rows; asked: what
+    was asked for ("sequence length 9"), fix: how to ask for less."""
+    if length > n_positions:
+        missing = (f"position {n_positions}" if length == n_positions + 1
+                   else f"positions {n_positions}..{length - 1}")
+        raise ValueError(f"{owner}: {asked} exceeds n_positions={n_positions}: {table} has no row "
+                         f"for {missing}; {fix} or build the model with a larger n_positions")
+
+
 # ---- Module: parameters, sub-modules, train/eval -------------------------------------------------
 class Parameter(Tensor):
     def __init__(self, data):
         super().__init__(np.array(data, dtype=np.float64), requires_grad=True)
+
+
+PLAIN_SETTINGS = (bool, int, float, str, type(None))   # the attributes a module's repr shows
 
 
 class Module:
@@ -259,6 +270,18 @@ class Module:
     def eval(self):
         return self.train(False)
 
+    def __repr__(self) -> str:
+        """As torch prints a module: the constructor's arguments it keeps as attributes (sizes and
+        switches; None: bias=None is no bias), then a line per sub-module, indented: the tree."""
+        arguments = inspect.signature(type(self).__init__).parameters
+        settings = ", ".join(f"{name}={value!r}" for name, value in vars(self).items()
+                             if name in arguments and isinstance(value, PLAIN_SETTINGS))
+        children = [f"({name}): {child!r}" for name, child in self.named_children()]
+        if not children:
+            return f"{type(self).__name__}({settings})"
+        lines = "\n".join(([settings] if settings else []) + children)
+        return f"{type(self).__name__}(\n{textwrap.indent(lines, '  ')}\n)"
+
 
 # ---- Linear, Embedding, Dropout, LayerNorm (§4.1, §7.2, §5.3) ------------------------------------
 class Linear(Module):
@@ -299,7 +322,7 @@ class Embedding(Module):
         Returns:
             (B, S, embedding_dim)
         """
-        return embedding(self.weights, ids)
+        return embedding(self.weights, check_token_ids("Embedding", ids))
 
 
 class Dropout(Module):
@@ -381,11 +404,8 @@ class MultiHeadAttention(Module):
     @staticmethod
     def create_pad_mask(pad_mask, batch_size: int, n_keys: int) -> Tensor:
         """(B, S_k) with True at padded keys -> additive (B, 1, 1, S_k): no query sees a pad."""
-        mask = Tensor(np.where(check_pad_mask(pad_mask), MASK_VALUE, 0.0)[:, None, None, :])
-        if mask.shape[0] != batch_size or mask.shape[-1] != n_keys:
-            raise ValueError(f"MultiHeadAttention: pad_mask must have shape (B, S_k) = "
-                             f"({batch_size}, {n_keys}), got {np.shape(pad_mask)}")
-        return mask
+        pad_mask = check_pad_mask(pad_mask, batch_size, n_keys)
+        return Tensor(np.where(pad_mask, MASK_VALUE, 0.0)[:, None, None, :])
 
     def split_heads(self, x: Tensor, dims=(0, 2, 1, 3)) -> Tensor:
         """(B, S, D) -> (B, S, h, Dh), then permuted by dims: (B, h, S, Dh) by default."""
@@ -568,14 +588,7 @@ class DecoderLM(Module):
         if idx.ndim != 2:
             raise ValueError(f"DecoderLM: expected token ids of shape (B, S), got {idx.shape}")
         seq_len = start + idx.shape[1]      # with a cache, the positions before start count too
-        # only a table has a last row
-        if self.positions == "learned" and seq_len > self.n_positions:
-            missing = (f"position {seq_len - 1}" if seq_len == self.n_positions + 1
-                       else f"positions {self.n_positions}..{seq_len - 1}")
-            raise ValueError(f"DecoderLM: sequence length {seq_len} exceeds "
-                             f"n_positions={self.n_positions}: the learned position table has no "
-                             f"row for {missing}; shorten the input or build the model with a "
-                             f"larger n_positions")
+        self.check_length("DecoderLM", seq_len, f"sequence length {seq_len}", "shorten the input")
         x = self.token_embeddings(idx)
         if self.positions == "learned":
             # (1, S, D), broadcast over B
@@ -584,6 +597,11 @@ class DecoderLM(Module):
             # (S, D) -> (1, S, D)
             x = x + sinusoidal_positions(seq_len, self.n_embd)[start:][None]
         return x
+
+    def check_length(self, owner: str, length: int, asked: str, fix: str):
+        """check_positions for this model: only a learned table has a last row."""
+        if self.positions == "learned":
+            check_positions(owner, length, self.n_positions, asked, fix)
 
     def forward(self, idx, pad_mask=None, cache: list | None = None) -> Tensor:
         """
@@ -611,10 +629,8 @@ class DecoderLM(Module):
         if not self.layers or not all(layer.attention.causal for layer in self.layers):
             raise ValueError("DecoderLM: a KV cache needs causal self-attention layers "
                              "(causal=True)")
-        if self.positions == "learned" and capacity > self.n_positions:
-            raise ValueError(f"DecoderLM: a KV cache of {capacity} positions exceeds n_positions="
-                             f"{self.n_positions}: the learned position table has no row past "
-                             f"position {self.n_positions - 1}; ask for at most {self.n_positions}")
+        self.check_length("DecoderLM", capacity, f"a KV cache of {capacity} positions",
+                          f"ask for at most {self.n_positions}")
         import decoding   # here, not at the top: the lesson needs no decoding, decoding no model
         return [decoding.KVCache(capacity) for _ in self.layers]
 
