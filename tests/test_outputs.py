@@ -21,7 +21,7 @@ import pytest
 
 from conftest import load_script
 from outputs import (SCRIPTS, differing_lines, golden_path, normalise, prints_number, run_full,
-                     run_quick, run_quick_preloaded, script_id, section)
+                     run_quick, run_quick_preloaded, script_id, section, verdicts)
 
 
 def other_kernels() -> dict:
@@ -166,11 +166,22 @@ def test_the_full_check_finds_a_changed_digit_and_skips_marked_lines():
 
 
 def test_the_full_check_lets_a_run_add_kernel_marks_but_not_change_a_marked_line_s_text():
-    committed = "count: 3 of 3 seeds, holds\n⚙ median 270\n"
-    assert differing_lines(committed, "⚙ count: 3 of 3 seeds, holds\n⚙ median 202\n") == []
-    assert differing_lines(committed, "⚙ count: 2 of 3 seeds, mostly\n⚙ median 202\n") == \
-        ["-count: 3 of 3 seeds, holds", "-⚙ median 270", "+⚙ count: 2 of 3 seeds, mostly",
-         "+⚙ median 202"]
+    committed = "the table's rule\n⚙ median 270\n"
+    assert differing_lines(committed, "⚙ the table's rule\n⚙ median 202\n") == []
+    assert differing_lines(committed, "⚙ the table's rule!\n⚙ median 202\n") == \
+        ["-the table's rule", "-⚙ median 270", "+⚙ the table's rule!", "+⚙ median 202"]
+
+
+def test_the_full_check_compares_a_count_line_by_its_claim_and_outcome_not_its_digits():
+    committed = ("⚙ RoPE lowers it: 5 of 5 seeds; holds (p = 0.031); per-seed margin +87 mnat/token, "
+                 "95% bounds +45 to +224\n")
+    other_digits = ("⚙ RoPE lowers it: 6 of 6 seeds; holds (p = 0.016); per-seed margin +80 "
+                    "mnat/token, 95% bounds +40 to +200\n")
+    assert differing_lines(committed, other_digits) == []
+    unclear = committed.replace("5 of 5 seeds; holds", "4 of 5 seeds; no clear difference at 5 seeds")
+    assert differing_lines(committed, unclear) == [
+        "-RoPE lowers it: holds", "+RoPE lowers it: no clear difference at 5 seeds"]
+    assert verdicts(unclear) == {"RoPE lowers it": "no clear difference at 5 seeds"}
 
 
 def test_a_full_run_names_its_figures_as_make_all_does(tmp_path):
@@ -191,3 +202,8 @@ def test_a_script_that_fails_in_the_preloaded_process_reports_its_exit_and_error
     with pytest.raises(RuntimeError, match=r"09_fails.py failed \(exit 1\)") as failure:
         run_quick_preloaded(str(script), other_kernels())
     assert shown in str(failure.value)
+
+
+def test_a_part_s_section_runs_to_the_next_header_not_to_prose_that_starts_with_part():
+    text = "Part 5 · §7.6 x\na\nPart 6 · §7.1 y\nPart 5's model, copied\nb\nPart 7 · §8 z\nc\n"
+    assert section(text, 6) == ["Part 6 · §7.1 y", "Part 5's model, copied", "b"]
