@@ -324,7 +324,7 @@ def seeds_section(text: str, path: str) -> str:
             inside = line.startswith(f"== {os.path.basename(path)} ")
         if inside:
             lines.append(line)
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines).rstrip("\n") + "\n"   # the blank line between two scripts is neither's
 
 
 USAGE = ("usage: python tests/outputs.py --update [NN ...] (rewrites tests/golden/, quick runs)\n"
