@@ -21,15 +21,12 @@ import signal
 import sys
 import time
 
-from tqdm import tqdm
-
-tqdm.monitor_interval = 0   # no monitor thread: a process that runs one thread can fork its workers
+import progress
 
 _results = {}    # key -> a Future (in a worker, or done) or the result computed here
 _ahead = {}      # the keys of runs started by `start`, not yet asked for by a map, in order
 _pool = None
 _mask = getattr(signal, "pthread_sigmask", lambda how, signals: None)   # Windows has no masks
-progress_label = ""   # what the progress bar calls the wait ("part 4"); common.main sets it
 
 
 def keep_freed_memory():
@@ -131,13 +128,12 @@ def start(fn, runs: list, workers: int | None = None):
 
 def map(fn, runs: list, workers: int | None = None, sizes: list | None = None) -> list:
     """[fn(**run) for run in runs]: kept, the workers' or computed here. sizes: the lesson's runs in
-    each (a stack of 5 seeds is 5) for the progress bar, on a terminal only (never in a capture)."""
+    each (a stack of 5 seeds is 5) for the progress bar (progress.py)."""
     runs = list(runs)
     keys = [_key(fn, run) for run in runs]
     _submit(fn, runs, workers)
     left = dict(zip(keys, sizes or [1] * len(keys)))   # each distinct run once
-    with tqdm(total=sum(left.values()), desc=progress_label, unit=" runs", file=sys.stderr,
-              disable=not sys.stderr.isatty(), delay=0.5, miniters=0, leave=False) as bar:
+    with progress.bar(sum(left.values())) as bar:
         futures = {}
         for key, run in zip(keys, runs):
             _ahead.pop(key, None)
