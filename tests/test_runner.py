@@ -119,3 +119,27 @@ def test_a_reader_that_goes_away_ends_a_script_quietly():
     script.stdout.close()  # as `| head -0` would: nobody reads what it prints
     _, stderr = script.communicate(timeout=60)
     assert stderr == "" and script.returncode == 128 + signal.SIGPIPE
+
+
+def test_a_run_weighs_the_training_steps_it_takes_a_stack_its_runs_steps_together():
+    import city_llama
+    import city_train
+    import sentiment_train
+    assert city_train.stack_steps(model={}, training=dict(steps=75), seeds=[1, 2, 3]) == 225
+    assert city_train.stack_steps(model={}, training={}, seeds=[(4, 5)]) == 400   # train's default
+    assert city_llama.run_steps(model={}, training=dict(steps=300), long_lengths=[64],
+                                convert_to=[1, 2], uptrain_steps=40, uptrain_lr=1e-3) == 380
+    assert city_llama.run_steps(model={}, training={}) == 400
+    assert sentiment_train.transformer_steps(positions=True, seed=0, steps=120) == 120
+
+
+@pytest.mark.parametrize("argv, steps", [([], 9 * 75 + 10 * 400), (["--quick"], 2 * 100)])
+def test_script_04_part_4_bar_counts_the_steps_of_every_planned_run_once(script, argv, steps):
+    """The stacks train_many makes of part 4's runs weigh what its plan trains: in a full run 9
+    runs of 75 steps and 10 of 400, not 19 runs of one weight."""
+    import city_train
+    m = script("04_residual_layernorm")
+    args = common.parse_args(m.__doc__, m.PARTS.keys(), ["--part", "4", *argv], m.SEEDS)
+    _, stacks = m.part4_runs(args)
+    assert sum(steps * len(seeds) for _, seeds, steps in m.part4_plan(args)) == steps
+    assert sum(city_train.stack_steps(**stack) for stack in stacks) == steps

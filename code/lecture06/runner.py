@@ -68,9 +68,16 @@ def _key(fn, run: dict) -> tuple:
     return fn.__module__, fn.__qualname__, json.dumps(run, sort_keys=True)
 
 
-def _compute(module_name: str, path: str | None, qualname: str, run: dict):
+def _start_worker(counters):
+    """A worker ignores Ctrl-C: it is for the parent, which ends the workers."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    progress.share_counters(counters)
+
+
+def _compute(module_name: str, path: str | None, qualname: str, run: dict, counter: int):
     """fn(**run) in a worker. A module it lacks is loaded from its file: a worker from a forkserver
     has not imported a script the tests load under another name (script_07_sentiment)."""
+    progress.count_steps_in(counter)
     if module_name not in sys.modules:
         spec = importlib.util.spec_from_file_location(module_name, path)
         sys.modules[module_name] = importlib.util.module_from_spec(spec)
@@ -97,9 +104,8 @@ def _open_pool(size: int) -> ProcessPoolExecutor:
     if method == "forkserver":   # the server imports these once; every worker is forked from it
         main = ["__main__"] if getattr(sys.modules.get("__main__"), "__file__", None) else []
         context.set_forkserver_preload(main + [m for m in ("numpy", "torch") if m in sys.modules])
-    # a worker ignores Ctrl-C: it is for the parent, which ends the workers
-    return ProcessPoolExecutor(size, mp_context=context, initializer=signal.signal,
-                               initargs=(signal.SIGINT, signal.SIG_IGN))
+    return ProcessPoolExecutor(size, mp_context=context, initializer=_start_worker,
+                               initargs=(progress.new_counters(context),))
 
 
 def _submit(fn, runs: list, workers: int | None):
@@ -114,7 +120,8 @@ def _submit(fn, runs: list, workers: int | None):
         for run in runs if workers > 1 else []:
             if _key(fn, run) not in _results:
                 _pool = _pool or _open_pool(workers)
-                _results[_key(fn, run)] = _pool.submit(_compute, *target, run)
+                _results[_key(fn, run)] = _pool.submit(_compute, *target, run,
+                                                       progress.counter_for(_key(fn, run)))
     finally:
         _mask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
@@ -126,30 +133,24 @@ def start(fn, runs: list, workers: int | None = None):
     _submit(fn, runs, workers)
 
 
-def map(fn, runs: list, workers: int | None = None, sizes: list | None = None) -> list:
-    """[fn(**run) for run in runs]: kept, the workers' or computed here. sizes: the lesson's runs in
-    each (a stack of 5 seeds is 5) for the progress bar (progress.py)."""
+def map(fn, runs: list, workers: int | None = None, steps=None) -> list:
+    """[fn(**run) for run in runs]: kept, the workers' or computed here. steps(**run): the steps a
+    run trains (5 stacked runs of 400: 2,000), which the bar counts as they train (progress.py)."""
     runs = list(runs)
     keys = [_key(fn, run) for run in runs]
     _submit(fn, runs, workers)
-    left = dict(zip(keys, sizes or [1] * len(keys)))   # each distinct run once
-    with progress.bar(sum(left.values())) as bar:
-        futures = {}
+    with progress.Bar(dict(zip(keys, runs)), steps, _results) as bar:
         for key, run in zip(keys, runs):
             _ahead.pop(key, None)
             if key not in _results:   # one worker: computed here, in order
                 _results[key] = fn(**run)
-            if isinstance(_results[key], Future):
-                futures[_results[key]] = key
-            elif key in left:
-                bar.update(left.pop(key))
+                bar.show()
+        futures = {_results[key]: key for key in keys if isinstance(_results[key], Future)}
         while futures:
             done, _ = wait(futures, timeout=1, return_when=FIRST_COMPLETED)
             for future in done:
-                key = futures.pop(future)
-                _results[key] = future.result()   # a run's exception is raised here
-                bar.update(left.pop(key))
-            bar.update(0)   # the elapsed time moves on while a long run trains
+                _results[futures.pop(future)] = future.result()   # a run's exception is raised here
+            bar.show()   # each second at least: the elapsed time and the steps trained move on
     if all(not isinstance(result, Future) for result in _results.values()):
         shutdown()   # nothing in flight: the workers' memory back; a later start forks afresh
     return [_results[key] for key in keys]
