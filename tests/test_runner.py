@@ -143,3 +143,10 @@ def test_script_04_part_4_bar_counts_the_steps_of_every_planned_run_once(script,
     _, stacks = m.part4_runs(args)
     assert sum(steps * len(seeds) for _, seeds, steps in m.part4_plan(args)) == steps
     assert sum(city_train.stack_steps(**stack) for stack in stacks) == steps
+
+
+def test_runner_py_is_read_whole_in_200_lines_at_most():
+    """DEVELOPING.md's engine room is one short module: what grows there goes to a module of its
+    own (the progress bar: progress.py), not into golfed lines."""
+    with open(os.path.join(LECTURE06, "runner.py"), encoding="utf-8") as f:
+        assert len(f.readlines()) <= 200
