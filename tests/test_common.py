@@ -3,6 +3,7 @@ what was wrong; a Python without the packages gets one line that says what to ru
 import glob
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -194,6 +195,48 @@ def test_make_all_runs_two_at_a_time_only_the_scripts_that_train_on_no_other_cor
             if not any(name in f.read() for name in ("train_ahead", "train_many", "run_many")):
                 one_process.add(os.path.basename(path)[:2])
     assert paired == one_process == {"01", "02", "03", "06"}
+
+
+DONE = re.compile(r"(\d\d) done in (\d+\.\d) s"
+                  r"(?:; make all: about (\d+) s left, as in its last run here)?")
+
+
+def _make_all(root) -> list[str]:
+    done = subprocess.run(["make", "--no-print-directory", "all", f"PY={sys.executable}"],
+                          cwd=root, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    return done.stdout.splitlines()
+
+
+@pytest.mark.skipif(not shutil.which("make"), reason="no make")
+def test_make_all_says_each_script_s_time_and_from_its_last_run_here_the_time_left(tmp_path):
+    """The Makefile, copied beside three stand-in scripts (two that run as a pair, one alone): after
+    each script "NN done in X s"; a second make all adds the time the first took after that script,
+    read from figures/timed/; "make all done in X s" last."""
+    root = os.path.join(LECTURE06, "..", "..")
+    os.makedirs(tmp_path / "tools")
+    os.makedirs(tmp_path / "code" / "lecture06")
+    os.makedirs(tmp_path / "figures")
+    shutil.copy(os.path.join(root, "Makefile"), tmp_path)
+    shutil.copy(os.path.join(root, "tools", "make_clock.py"), tmp_path / "tools")
+    (tmp_path / "tools" / "make_venv.py").write_text("")   # the real one checks .venv
+    for name, seconds in (("01_pair", 0.3), ("02_pair", 0.3), ("04_alone", 1.2)):
+        (tmp_path / "code" / "lecture06" / f"{name}.py").write_text(
+            f"import time\ntime.sleep({seconds})\nprint('a table')\nprint('⏱ {seconds} s')\n")
+    first = _make_all(tmp_path)
+    with open(tmp_path / "figures" / "timed" / "make_all_seconds", encoding="utf-8") as f:
+        finished = {number: float(seconds) for number, seconds in map(str.split, f)}
+    second = _make_all(tmp_path)
+    for lines in (first, second):
+        done = {m[1]: m for m in map(DONE.fullmatch, lines) if m}
+        assert sorted(done) == sorted(finished) == ["01", "02", "04"], lines
+        assert float(done["04"][2]) >= 1.2 and float(done["01"][2]) >= 0.3
+        assert lines.index(done["04"][0]) == len(lines) - 2   # run alone, after the pair
+        assert re.fullmatch(r"make all done in \d+\.\d s", lines[-1])
+    assert all(DONE.fullmatch(line)[3] is None for line in first if DONE.fullmatch(line))
+    left = {m[1]: m[3] for m in map(DONE.fullmatch, second) if m}
+    assert left == {"01": f"{finished['04'] - finished['01']:.0f}",
+                    "02": f"{finished['04'] - finished['02']:.0f}", "04": None}
 
 
 HELP_AND_MODULES = """
