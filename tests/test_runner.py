@@ -1,5 +1,8 @@
 """runner.py, the engine room: `runner.map(fn, runs)` is `[fn(**run) for run in runs]` wherever the
 runs are computed; what a script does when its reader goes away (Ctrl-C: test_common.py)."""
+from concurrent.futures import Future
+import io
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -9,6 +12,7 @@ import numpy as np
 import pytest
 
 import common
+import progress
 import runner
 from conftest import LECTURE06
 from outputs import NEVER_ASKED_FOR
@@ -143,6 +147,40 @@ def test_script_04_part_4_bar_counts_the_steps_of_every_planned_run_once(script,
     _, stacks = m.part4_runs(args)
     assert sum(steps * len(seeds) for _, seeds, steps in m.part4_plan(args)) == steps
     assert sum(city_train.stack_steps(**stack) for stack in stacks) == steps
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_the_bar_counts_runs_in_workers_by_their_steps_and_waits_for_the_slowest(monkeypatch):
+    """Finished runs count whole, a run in a worker the steps it reported (at most its own), one
+    not begun nothing; the time left is at least the slowest run's at its own pace (1 s a step
+    here: 60 steps left, 01:00), whatever the steps per second of all the runs together say."""
+    runner.forget()   # no pool whose counters these would replace
+    monkeypatch.setattr(sys, "stderr", _Terminal())
+    clock = [100.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: clock[0])
+    counters = progress.new_counters(multiprocessing.get_context())
+    counter = {key: progress.counter_for(key) for key in ("training", "queued")}
+    results = {"finished": "its result", "training": Future(), "queued": Future()}
+    runs = {"finished": dict(steps=50), "training": dict(steps=100), "queued": dict(steps=100),
+            "not asked yet": dict(steps=10)}
+    counters[counter["training"]] = 30
+    with progress.Bar(runs, lambda steps: steps, results) as bar:
+        assert (bar.tqdm.total, bar.tqdm.n) == (260, 80)
+        bar.show()   # first seen training at 30 steps
+        clock[0], counters[counter["training"]] = 110.0, 40
+        bar.show()
+        assert (bar.tqdm.n, bar.tqdm.slowest_run_left) == (90, 60.0)
+        bar.tqdm.refresh()
+        assert "90/260 [00:00<01:00" in sys.stderr.getvalue().split("\r")[-1]
+        counters[counter["training"]] = 150   # more than its steps(): counted as 100
+        bar.show()
+        assert bar.tqdm.n == 150
+    with progress.Bar(runs, None, results) as counting_runs:
+        assert (counting_runs.tqdm.total, counting_runs.tqdm.n) == (4, 1)
 
 
 def test_runner_py_is_read_whole_in_200_lines_at_most():

@@ -9,6 +9,7 @@ runs, then 10 long ones finishing together) while its estimate of the time left 
 from __future__ import annotations
 
 import sys
+import time
 from concurrent.futures import Future
 
 from tqdm import tqdm
@@ -59,6 +60,22 @@ def report_steps(count: int):
         _open_bar.update(count)
 
 
+class _TimeLeftBar(tqdm):
+    """A tqdm bar whose time left is at least the slowest run's (Bar.show sets it): a run trains on
+    one core however many others are idle, and tqdm, which divides the work left by the steps per
+    second of all the runs together, said half the time when one long run was left on two cores."""
+
+    slowest_run_left = 0.0   # seconds
+
+    @property
+    def format_dict(self):
+        shown = super().format_dict
+        rate = shown["rate"] or (self.n - self.initial) / max(shown["elapsed"], 1e-9)
+        left = max((self.total - self.n) / rate, self.slowest_run_left) if rate else None
+        shown["left"] = "?" if left is None else self.format_interval(left)
+        return shown
+
+
 class Bar:
     """The bar of one runner.map, for `runs` {key: a run's arguments}: it counts each distinct run's
     steps(**arguments), or each run as 1 without `steps`. results: runner's, {key: the result, or
@@ -67,13 +84,15 @@ class Bar:
     def __init__(self, runs: dict, steps, results: dict):
         self.work = {key: steps(**run) if steps else 1 for key, run in runs.items()}
         self.counts_steps, self.results = steps is not None, results
+        self.first_seen = {}   # key -> (time, steps) when this bar first saw the run train
         # It stays when done where the part lines are shown (common._show_progress): the screen
         # keeps each part's time. Its rate counts only the work done while it shows (initial):
         # runs started ahead may have trained before.
-        self.tqdm = tqdm(total=sum(self.work.values()), initial=self.done(), desc=label,
-                         unit=" steps" if self.counts_steps else " runs", file=sys.stderr,
-                         disable=not sys.stderr.isatty(), delay=0.5, miniters=0,
-                         leave=not sys.stdout.isatty())
+        self.tqdm = _TimeLeftBar(
+            total=sum(self.work.values()), initial=self.done(self._steps_in_workers()), desc=label,
+            unit=" steps" if self.counts_steps else " runs", file=sys.stderr,
+            disable=not sys.stderr.isatty(), delay=0.5, miniters=0, leave=not sys.stdout.isatty(),
+            bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{left}, {rate_fmt}{postfix}]")
 
     def __enter__(self):
         global _open_bar
@@ -85,17 +104,34 @@ class Bar:
         _open_bar = None
         self.tqdm.close()
 
-    def done(self) -> int:
-        """The runs finished, and, counting steps, the steps reported by the runs in workers."""
-        done = 0
-        for key, work in self.work.items():
-            result = self.results.get(key)
-            if key in self.results and not isinstance(result, Future):
-                done += work
-            elif isinstance(result, Future) and self.counts_steps:
-                done += min(_counters[_counter_of[key]], work)
-        return done
+    def _steps_in_workers(self) -> dict:
+        """{key: the steps it reported} of the runs in workers, counting steps."""
+        if not self.counts_steps:
+            return {}
+        return {key: min(_counters[_counter_of[key]], work) for key, work in self.work.items()
+                if isinstance(self.results.get(key), Future)}
+
+    def done(self, steps_in_workers: dict) -> int:
+        """The runs finished, and the steps reported by the runs in workers."""
+        finished = sum(work for key, work in self.work.items()
+                       if key in self.results and not isinstance(self.results[key], Future))
+        return finished + sum(steps_in_workers.values())
+
+    def _slowest_run_left(self, steps_in_workers: dict) -> float:
+        """The longest a run in a worker still takes at its own pace, measured from when this bar
+        first saw it train (over a second, else not counted)."""
+        now, slowest = time.monotonic(), 0.0
+        for key, steps in steps_in_workers.items():
+            if steps == 0:   # not begun
+                continue
+            seen_at, seen_steps = self.first_seen.setdefault(key, (now, steps))
+            if now - seen_at >= 1 and steps > seen_steps:
+                seconds_a_step = (now - seen_at) / (steps - seen_steps)
+                slowest = max(slowest, (self.work[key] - steps) * seconds_a_step)
+        return slowest
 
     def show(self):
-        """The work done now; the elapsed time moves on even when it has not."""
-        self.tqdm.update(self.done() - self.tqdm.n)
+        """The work done now and the time left; the elapsed time moves on even when neither has."""
+        steps_in_workers = self._steps_in_workers()
+        self.tqdm.slowest_run_left = self._slowest_run_left(steps_in_workers)
+        self.tqdm.update(self.done(steps_in_workers) - self.tqdm.n)
