@@ -156,8 +156,9 @@ class _Terminal(io.StringIO):
 
 def test_the_bar_counts_runs_in_workers_by_their_steps_and_waits_for_the_slowest(monkeypatch):
     """Finished runs count whole, a run in a worker the steps it reported (at most its own), one
-    not begun nothing; the time left is at least the slowest run's at its own pace (1 s a step
-    here: 60 steps left, 01:00), whatever the steps per second of all the runs together say."""
+    not begun nothing; the time left, said once the bar has measured for 3 s, is at least the
+    slowest run's at its own pace (1 s a step here: 60 steps left, 01:00), whatever the steps per
+    second of all the runs together say."""
     runner.forget()   # no pool whose counters these would replace
     monkeypatch.setattr(sys, "stderr", _Terminal())
     clock = [100.0]
@@ -175,7 +176,13 @@ def test_the_bar_counts_runs_in_workers_by_their_steps_and_waits_for_the_slowest
         bar.show()
         assert (bar.tqdm.n, bar.tqdm.slowest_run_left) == (90, 60.0)
         bar.tqdm.refresh()
-        assert "90/260 [00:00<01:00" in sys.stderr.getvalue().split("\r")[-1]
+        assert "90/260 [00:00<?," in sys.stderr.getvalue().split("\r")[-1]   # not 3 s yet
+        for waited, left in ((3, "01:00"), (10, "02:50")):
+            # 10 steps since the bar opened, in 3 s: 170 left in 51 s, less than the slowest
+            # run's 60; in 10 s: 170 s, more
+            bar.tqdm.start_t = bar.tqdm.last_print_t - waited
+            bar.tqdm.refresh()
+            assert f"90/260 [00:{waited:02d}<{left}," in sys.stderr.getvalue().split("\r")[-1]
         counters[counter["training"]] = 150   # more than its steps(): counted as 100
         bar.show()
         assert bar.tqdm.n == 150
