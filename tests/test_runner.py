@@ -157,8 +157,8 @@ class _Terminal(io.StringIO):
 def test_the_bar_counts_runs_in_workers_by_their_steps_and_waits_for_the_slowest(monkeypatch):
     """Finished runs count whole, a run in a worker the steps it reported (at most its own), one
     not begun nothing; the time left, said once the bar has measured for 3 s, is at least the
-    slowest run's at its own pace (1 s a step here: 60 steps left, 01:00), whatever the steps per
-    second of all the runs together say."""
+    slowest run's at its own recent pace (1 s a step here: 60 steps left, 01:00), whatever the
+    steps per second of all the runs together say."""
     runner.forget()   # no pool whose counters these would replace
     monkeypatch.setattr(sys, "stderr", _Terminal())
     clock = [100.0]
@@ -183,6 +183,9 @@ def test_the_bar_counts_runs_in_workers_by_their_steps_and_waits_for_the_slowest
             bar.tqdm.start_t = bar.tqdm.last_print_t - waited
             bar.tqdm.refresh()
             assert f"90/260 [00:{waited:02d}<{left}," in sys.stderr.getvalue().split("\r")[-1]
+        clock[0], counters[counter["training"]] = 120.0, 90
+        bar.show()   # its pace over the last 5 s or more: 50 steps in 10 s, 10 left
+        assert bar.tqdm.slowest_run_left == 2.0
         counters[counter["training"]] = 150   # more than its steps(): counted as 100
         bar.show()
         assert bar.tqdm.n == 150

@@ -60,6 +60,9 @@ def report_steps(count: int):
         _open_bar.update(count)
 
 
+PACE_SECONDS = 5.0   # a run's pace is measured over this long
+
+
 class _TimeLeftBar(tqdm):
     """A tqdm bar whose time left is at least the slowest run's (Bar.show sets it): a run trains on
     one core however many others are idle, and tqdm, which divides the work left by the steps per
@@ -91,7 +94,7 @@ class Bar:
     def __init__(self, runs: dict, steps, results: dict):
         self.work = {key: steps(**run) if steps else 1 for key, run in runs.items()}
         self.counts_steps, self.results = steps is not None, results
-        self.first_seen = {}   # key -> (time, steps) when this bar first saw the run train
+        self.seen = {}   # key -> [(time, steps)]: the run as this bar saw it train, lately
         # It stays when done where the part lines are shown (common._show_progress): the screen
         # keeps each part's time. Its rate counts only the work done while it shows (initial):
         # runs started ahead may have trained before.
@@ -125,13 +128,17 @@ class Bar:
         return finished + sum(steps_in_workers.values())
 
     def _slowest_run_left(self, steps_in_workers: dict) -> float:
-        """The longest a run in a worker still takes at its own pace, measured from when this bar
-        first saw it train (over a second, else not counted)."""
+        """The longest a run in a worker still takes at its own pace over the last PACE_SECONDS
+        (a second at least, else not counted): other processes take and give back cores."""
         now, slowest = time.monotonic(), 0.0
         for key, steps in steps_in_workers.items():
             if steps == 0:   # not begun
                 continue
-            seen_at, seen_steps = self.first_seen.setdefault(key, (now, steps))
+            seen = self.seen.setdefault(key, [])
+            seen.append((now, steps))
+            while len(seen) > 2 and now - seen[1][0] >= PACE_SECONDS:
+                del seen[0]   # the window starts at the last sample PACE_SECONDS back
+            seen_at, seen_steps = seen[0]
             if now - seen_at >= 1 and steps > seen_steps:
                 seconds_a_step = (now - seen_at) / (steps - seen_steps)
                 slowest = max(slowest, (self.work[key] - steps) * seconds_a_step)
