@@ -34,19 +34,26 @@ venv:  ## make .venv (only); make venv PYTHON=python3.12 makes it again with tha
 RUNS := $(SCRIPTS:code/lecture06/%.py=run-%)
 ONE_PROCESS := $(filter run-01_% run-02_% run-03_% run-06_%,$(RUNS))
 .PHONY: $(RUNS)
+# "NN done in X s" after each script; under make all also the time left, from when each script
+# finished in the last complete make all here (tools/make_clock.py keeps them in $(TIMED))
+CLOCK := $(PY) tools/make_clock.py
+ALL_STARTED :=
 
 all: venv  ## run every script: figures/*.png, figures/NN_output.txt (⏱ timings in figures/timed/)
 	@mkdir -p $(TIMED)
-	@$(MAKE) --no-print-directory -j2 $(ONE_PROCESS)
-	@$(MAKE) --no-print-directory -j1 $(filter-out $(ONE_PROCESS),$(RUNS))
+	@started=$$($(CLOCK) start $(TIMED)) && \
+	  $(MAKE) --no-print-directory -j2 $(ONE_PROCESS) ALL_STARTED=$$started && \
+	  $(MAKE) --no-print-directory -j1 $(filter-out $(ONE_PROCESS),$(RUNS)) ALL_STARTED=$$started && \
+	  $(CLOCK) finish $$started $(TIMED)
 
 $(RUNS): run-%:
-	@n=$$(echo $* | cut -c1-2); s=code/lecture06/$*.py; \
+	@n=$$(echo $* | cut -c1-2); s=code/lecture06/$*.py; started=$$($(CLOCK) now); \
 	  echo "== $$s (its tables: figures/$${n}_output.txt)"; \
 	  $(PY) $$s --figures figures > $(TIMED)/$${n}_output.txt \
 	    || { echo "$$s failed; its output so far: $(TIMED)/$${n}_output.txt" >&2; exit 1; }; \
 	  sed '/^[[:space:]]*⏱/d' $(TIMED)/$${n}_output.txt > figures/$${n}_output.txt; \
-	  grep '^[[:space:]]*⏱' $(TIMED)/$${n}_output.txt | sed "s/^/$$n /"
+	  grep '^[[:space:]]*⏱' $(TIMED)/$${n}_output.txt | sed "s/^/$$n /"; \
+	  $(CLOCK) done $$n $$started $(TIMED) $(ALL_STARTED)
 
 figures: all  ## same as all: every figure is written by its script
 

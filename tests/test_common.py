@@ -3,6 +3,8 @@ what was wrong; a Python without the packages gets one line that says what to ru
 import glob
 import math
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -104,28 +106,34 @@ common.main("a script", {{1: lambda args: print(runner.map(nap, [dict(seconds=1.
 """
 
 
-def _stderr_of_parts_that_train(on_a_terminal: bool) -> tuple[str, str]:
-    """(stdout, stderr) of a script whose part 1 waits 1.5 s for a run, its tables piped."""
+def _stderr_of_parts_that_train(on_a_terminal: bool, script: str = "",
+                                go_once_shown: tuple = ()) -> tuple[str, str]:
+    """(stdout, stderr) of `script` (default: part 1 waits 1.5 s for a run), its tables piped.
+    go_once_shown (text, path): the file at path is made once stderr shows text."""
     import fcntl
     import pty
     import struct
     import termios
-    leader, follower = pty.openpty() if on_a_terminal else (None, subprocess.PIPE)
-    if on_a_terminal:   # 24 rows of 80 columns (a new terminal has 0, where a bar has no room)
-        fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
-    done = subprocess.run([sys.executable, "-c", PARTS_THAT_TRAIN.format(lecture06=LECTURE06)],
-                          stdout=subprocess.PIPE, stderr=follower, text=True, timeout=120)
+    command = [sys.executable, "-c", script or PARTS_THAT_TRAIN.format(lecture06=LECTURE06)]
     if not on_a_terminal:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
         return done.stdout, done.stderr
+    leader, follower = pty.openpty()
+    # 24 rows of 80 columns (a new terminal has 0, where a bar has no room)
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    script_process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=follower, text=True)
     os.close(follower)
     stderr = b""
     try:
         while chunk := os.read(leader, 65536):
             stderr += chunk
+            if go_once_shown and go_once_shown[0].encode() in stderr:
+                open(go_once_shown[1], "w").close()
     except OSError:   # the terminal's other end is closed: everything is read
         pass
     os.close(leader)
-    return done.stdout, stderr.decode()
+    stdout, _ = script_process.communicate(timeout=120)
+    return stdout, stderr.decode()
 
 
 def test_on_a_terminal_stderr_names_each_part_and_counts_the_runs_it_waits_for():
@@ -138,6 +146,40 @@ def test_on_a_terminal_stderr_names_each_part_and_counts_the_runs_it_waits_for()
 def test_piped_stderr_gets_neither_the_parts_nor_a_progress_bar():
     assert _stderr_of_parts_that_train(on_a_terminal=False) == ("a script\nseed 0\n[1.5]\ndone\n",
                                                                 "")
+
+
+STEPS_THAT_TRAIN = """
+import os, sys, time
+sys.path.insert(0, {lecture06!r})
+import common, progress, runner
+def train(steps, go):
+    time.sleep(0.6)   # past the bar's half-second delay: shown at once
+    progress.report_steps(steps - 3)
+    for _ in range(600):   # until the test has seen them counted (a minute at most)
+        if os.path.exists(go):
+            break
+        time.sleep(0.1)
+    progress.report_steps(3)
+    return steps
+def part(args):
+    run = dict(steps=10, go={go!r})
+    print(runner.map(train, [run], workers={workers}, steps=lambda steps, go: steps))
+common.main("a script", {{1: part}}, uses_torch=False)
+"""
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_bar_counts_the_steps_of_a_run_as_it_trains_and_stays_with_its_time(workers,
+                                                                                 tmp_path):
+    """In this process (one worker) and in a worker: 7 of the run's 10 steps shown while it waits,
+    then the full bar stays, its elapsed time with it, as the tables go to a file (make all)."""
+    go = tmp_path / "go"
+    script = STEPS_THAT_TRAIN.format(lecture06=LECTURE06, go=str(go), workers=workers)
+    stdout, stderr = _stderr_of_parts_that_train(True, script, go_once_shown=("7/10", go))
+    assert stdout == "a script\nseed 0\n[10]\n"
+    assert go.exists()   # 7/10 was shown while the run waited for it
+    last = re.split(r"[\r\n]+", stderr.strip())[-1]
+    assert re.fullmatch(r"part 1: 100%\|.*\| 10/10 \[00:0\d<00:00, .* steps/s\]", last), last
 
 
 SCRIPTS = sorted(glob.glob(os.path.join(LECTURE06, "0[1-9]_*.py")))
@@ -155,6 +197,48 @@ def test_make_all_runs_two_at_a_time_only_the_scripts_that_train_on_no_other_cor
             if not any(name in f.read() for name in ("train_ahead", "train_many", "run_many")):
                 one_process.add(os.path.basename(path)[:2])
     assert paired == one_process == {"01", "02", "03", "06"}
+
+
+DONE = re.compile(r"(\d\d) done in (\d+\.\d) s"
+                  r"(?:; make all: about (\d+) s left, as in its last run here)?")
+
+
+def _make_all(root) -> list[str]:
+    done = subprocess.run(["make", "--no-print-directory", "all", f"PY={sys.executable}"],
+                          cwd=root, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    return done.stdout.splitlines()
+
+
+@pytest.mark.skipif(not shutil.which("make"), reason="no make")
+def test_make_all_says_each_script_s_time_and_from_its_last_run_here_the_time_left(tmp_path):
+    """The Makefile, copied beside three stand-in scripts (two that run as a pair, one alone): after
+    each script "NN done in X s"; a second make all adds the time the first took after that script,
+    read from figures/timed/; "make all done in X s" last."""
+    root = os.path.join(LECTURE06, "..", "..")
+    os.makedirs(tmp_path / "tools")
+    os.makedirs(tmp_path / "code" / "lecture06")
+    os.makedirs(tmp_path / "figures")
+    shutil.copy(os.path.join(root, "Makefile"), tmp_path)
+    shutil.copy(os.path.join(root, "tools", "make_clock.py"), tmp_path / "tools")
+    (tmp_path / "tools" / "make_venv.py").write_text("")   # the real one checks .venv
+    for name, seconds in (("01_pair", 0.3), ("02_pair", 0.3), ("04_alone", 1.2)):
+        (tmp_path / "code" / "lecture06" / f"{name}.py").write_text(
+            f"import time\ntime.sleep({seconds})\nprint('a table')\nprint('⏱ {seconds} s')\n")
+    first = _make_all(tmp_path)
+    with open(tmp_path / "figures" / "timed" / "make_all_seconds", encoding="utf-8") as f:
+        finished = {number: float(seconds) for number, seconds in map(str.split, f)}
+    second = _make_all(tmp_path)
+    for lines in (first, second):
+        done = {m[1]: m for m in map(DONE.fullmatch, lines) if m}
+        assert sorted(done) == sorted(finished) == ["01", "02", "04"], lines
+        assert float(done["04"][2]) >= 1.2 and float(done["01"][2]) >= 0.3
+        assert lines.index(done["04"][0]) == len(lines) - 2   # run alone, after the pair
+        assert re.fullmatch(r"make all done in \d+\.\d s", lines[-1])
+    assert all(DONE.fullmatch(line)[3] is None for line in first if DONE.fullmatch(line))
+    left = {m[1]: m[3] for m in map(DONE.fullmatch, second) if m}
+    assert left == {"01": f"{finished['04'] - finished['01']:.0f}",
+                    "02": f"{finished['04'] - finished['02']:.0f}", "04": None}
 
 
 HELP_AND_MODULES = """

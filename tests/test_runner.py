@@ -1,5 +1,8 @@
 """runner.py, the engine room: `runner.map(fn, runs)` is `[fn(**run) for run in runs]` wherever the
 runs are computed; what a script does when its reader goes away (Ctrl-C: test_common.py)."""
+from concurrent.futures import Future
+import io
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -9,6 +12,7 @@ import numpy as np
 import pytest
 
 import common
+import progress
 import runner
 from conftest import LECTURE06
 from outputs import NEVER_ASKED_FOR
@@ -119,3 +123,78 @@ def test_a_reader_that_goes_away_ends_a_script_quietly():
     script.stdout.close()  # as `| head -0` would: nobody reads what it prints
     _, stderr = script.communicate(timeout=60)
     assert stderr == "" and script.returncode == 128 + signal.SIGPIPE
+
+
+def test_a_run_weighs_the_training_steps_it_takes_a_stack_its_runs_steps_together():
+    import city_llama
+    import city_train
+    import sentiment_train
+    assert city_train.stack_steps(model={}, training=dict(steps=75), seeds=[1, 2, 3]) == 225
+    assert city_train.stack_steps(model={}, training={}, seeds=[(4, 5)]) == 400   # train's default
+    assert city_llama.run_steps(model={}, training=dict(steps=300), long_lengths=[64],
+                                convert_to=[1, 2], uptrain_steps=40, uptrain_lr=1e-3) == 380
+    assert city_llama.run_steps(model={}, training={}) == 400
+    assert sentiment_train.transformer_steps(positions=True, seed=0, steps=120) == 120
+
+
+@pytest.mark.parametrize("argv, steps", [([], 9 * 75 + 10 * 400), (["--quick"], 2 * 100)])
+def test_script_04_part_4_bar_counts_the_steps_of_every_planned_run_once(script, argv, steps):
+    """The stacks train_many makes of part 4's runs weigh what its plan trains: in a full run 9
+    runs of 75 steps and 10 of 400, not 19 runs of one weight."""
+    import city_train
+    m = script("04_residual_layernorm")
+    args = common.parse_args(m.__doc__, m.PARTS.keys(), ["--part", "4", *argv], m.SEEDS)
+    _, stacks = m.part4_runs(args)
+    assert sum(steps * len(seeds) for _, seeds, steps in m.part4_plan(args)) == steps
+    assert sum(city_train.stack_steps(**stack) for stack in stacks) == steps
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_the_bar_counts_runs_in_workers_by_their_steps_and_waits_for_the_slowest(monkeypatch):
+    """Finished runs count whole, a run in a worker the steps it reported (at most its own), one
+    not begun nothing; the time left, said once the bar has measured for 3 s, is at least the
+    slowest run's at its own recent pace (1 s a step here: 60 steps left, 01:00), whatever the
+    steps per second of all the runs together say."""
+    runner.forget()   # no pool whose counters these would replace
+    monkeypatch.setattr(sys, "stderr", _Terminal())
+    clock = [100.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: clock[0])
+    counters = progress.new_counters(multiprocessing.get_context())
+    counter = {key: progress.counter_for(key) for key in ("training", "queued")}
+    results = {"finished": "its result", "training": Future(), "queued": Future()}
+    runs = {"finished": dict(steps=50), "training": dict(steps=100), "queued": dict(steps=100),
+            "not asked yet": dict(steps=10)}
+    counters[counter["training"]] = 30
+    with progress.Bar(runs, lambda steps: steps, results) as bar:
+        assert (bar.tqdm.total, bar.tqdm.n) == (260, 80)
+        bar.show()   # first seen training at 30 steps
+        clock[0], counters[counter["training"]] = 110.0, 40
+        bar.show()
+        assert (bar.tqdm.n, bar.tqdm.slowest_run_left) == (90, 60.0)
+        bar.tqdm.refresh()
+        assert "90/260 [00:00<?," in sys.stderr.getvalue().split("\r")[-1]   # not 3 s yet
+        for waited, left in ((3, "01:00"), (10, "02:50")):
+            # 10 steps since the bar opened, in 3 s: 170 left in 51 s, less than the slowest
+            # run's 60; in 10 s: 170 s, more
+            bar.tqdm.start_t = bar.tqdm.last_print_t - waited
+            bar.tqdm.refresh()
+            assert f"90/260 [00:{waited:02d}<{left}," in sys.stderr.getvalue().split("\r")[-1]
+        clock[0], counters[counter["training"]] = 120.0, 90
+        bar.show()   # its pace over the last 5 s or more: 50 steps in 10 s, 10 left
+        assert bar.tqdm.slowest_run_left == 2.0
+        counters[counter["training"]] = 150   # more than its steps(): counted as 100
+        bar.show()
+        assert bar.tqdm.n == 150
+    with progress.Bar(runs, None, results) as counting_runs:
+        assert (counting_runs.tqdm.total, counting_runs.tqdm.n) == (4, 1)
+
+
+def test_runner_py_is_read_whole_in_200_lines_at_most():
+    """DEVELOPING.md's engine room is one short module: what grows there goes to a module of its
+    own (the progress bar: progress.py), not into golfed lines."""
+    with open(os.path.join(LECTURE06, "runner.py"), encoding="utf-8") as f:
+        assert len(f.readlines()) <= 200

@@ -149,6 +149,13 @@ def run(model: dict, training: dict, long_lengths=(), long_count: int = N_TEST, 
     return result
 
 
+def run_steps(model: dict, training: dict, convert_to=(), uptrain_steps: int = 0,
+              **settings_without_steps) -> int:
+    """The training steps run(...) takes: the run's, then uptrain_steps for each conversion; what
+    the progress bar counts (runner.map's steps)."""
+    return city_train.training_steps(training) + uptrain_steps * len(convert_to)
+
+
 def planned(runs: list) -> tuple:
     """(function, [arguments]) that run_many(runs) hands runner.map: what a script passes
     common.main's train_ahead, so that the runs start before the part that asks for them."""
@@ -158,4 +165,4 @@ def planned(runs: list) -> tuple:
 def run_many(runs: list) -> list:
     """[run(**r) for r in runs]: the same results in the same order, the runs side by side on the
     machine's cores (runner.py), each once per process."""
-    return runner.map(run, runs)
+    return runner.map(run, runs, steps=run_steps)

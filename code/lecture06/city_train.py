@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from torch.optim.adam import adam
 
 import city_stack
+import progress
 import runner
 import torch_ref
 from city_lab import (SEQ_LEN, V, CityBatch, excess_mnats, test_excess_mnats, test_set,
@@ -251,6 +252,7 @@ def train(model, steps: int = 400, lr: float = 1e-3, warmup: int = 0, schedule: 
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
+            progress.report_steps(1)
             done = step + 1
             if (eval_every and done % eval_every == 0) or done == steps:
                 test_excess = evaluate(model)
@@ -368,6 +370,7 @@ def train_stack(model: dict, training: dict, seeds: list) -> list:
             optimizer.zero_grad()
             losses.sum().backward()   # each run's gradient is its own loss's: d(sum)/d(loss) = 1
             optimizer.step()
+            progress.report_steps(len(runs))
             done = step + 1
             if (eval_every and done % eval_every == 0) or done == steps:
                 for run_, excess in zip(runs, evaluate_stack(stack, models)):
@@ -410,6 +413,17 @@ def _stacks(runs: list) -> tuple[list, list]:
     return stacks, [(first_stack[g] + m // STACK_SIZE, m % STACK_SIZE) for g, m in members]
 
 
+def training_steps(training: dict) -> int:
+    """The steps train(**training) or a run of train_stack takes (its default: train's)."""
+    return training.get("steps", inspect.signature(train).parameters["steps"].default)
+
+
+def stack_steps(model: dict, training: dict, seeds: list) -> int:
+    """The steps train_stack(model, training, seeds) trains, its runs' together (5 runs of 400
+    steps: 2,000): what the progress bar counts (runner.map's steps)."""
+    return training_steps(training) * len(seeds)
+
+
 def planned(runs: list) -> tuple:
     """(function, [arguments]) that train_many(runs) hands runner.map: what a script passes
     common.main's train_ahead, so that the runs start before the part that asks for them."""
@@ -421,5 +435,5 @@ def train_many(runs: list) -> list:
     same order, trained in stacks of runs that differ only in their seeds (city_stack.py), the
     stacks side by side on the machine's cores (runner.py), each once per process."""
     stacks, members = _stacks(runs)
-    trained = runner.map(train_stack, stacks, sizes=[len(stack["seeds"]) for stack in stacks])
+    trained = runner.map(train_stack, stacks, steps=stack_steps)
     return [trained[stack][place] for stack, place in members]

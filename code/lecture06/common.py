@@ -180,6 +180,7 @@ if _MISSING:  # say so now, not in a traceback after half the output
 import numpy as np  # noqa: E402  (the imports follow the check above)
 from tabulate import tabulate  # noqa: E402
 
+import progress  # noqa: E402
 import runner  # noqa: E402
 
 TIMER = "⏱"     # a wall-clock time: differs from run to run
@@ -615,7 +616,7 @@ def _show_progress(number: int, count: int):
     """Which part runs, on the screen: `make all` sends the tables to a file and stderr to the
     screen. Only there: the committed outputs and the tests' captures never see it, and a reader
     whose tables come to the terminal sees each part's header instead."""
-    runner.progress_label = f"part {number}"   # the progress bar's, while runs train
+    progress.label = f"part {number}"   # the progress bar's, while runs train
     if sys.stderr.isatty() and not sys.stdout.isatty():
         sys.stderr.write(f"{os.path.basename(sys.argv[0])}: part {number} of {count}\n")
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import atexit
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 import ctypes
-import functools
 import gc
 import importlib.util
 import json
@@ -19,17 +18,13 @@ import multiprocessing
 import os
 import signal
 import sys
-import time
 
-from tqdm import tqdm
-
-tqdm.monitor_interval = 0   # no monitor thread: a process that runs one thread can fork its workers
+import progress
+import threads
 
 _results = {}    # key -> a Future (in a worker, or done) or the result computed here
 _ahead = {}      # the keys of runs started by `start`, not yet asked for by a map, in order
 _pool = None
-_mask = getattr(signal, "pthread_sigmask", lambda how, signals: None)   # Windows has no masks
-progress_label = ""   # what the progress bar calls the wait ("part 4"); common.main sets it
 
 
 def keep_freed_memory():
@@ -71,55 +66,65 @@ def _key(fn, run: dict) -> tuple:
     return fn.__module__, fn.__qualname__, json.dumps(run, sort_keys=True)
 
 
-def _compute(module_name: str, path: str | None, qualname: str, run: dict):
+def _start_worker(counters):
+    """A worker ignores Ctrl-C: it is for the parent, which ends the workers."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    progress.share_counters(counters)
+
+
+def _compute(module_name: str, path: str | None, qualname: str, run: dict, counter: int):
     """fn(**run) in a worker. A module it lacks is loaded from its file: a worker from a forkserver
     has not imported a script the tests load under another name (script_07_sentiment)."""
+    progress.count_steps_in(counter)
     if module_name not in sys.modules:
         spec = importlib.util.spec_from_file_location(module_name, path)
         sys.modules[module_name] = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(sys.modules[module_name])
-    return functools.reduce(getattr, qualname.split("."), sys.modules[module_name])(**run)
-
-
-def _one_thread() -> bool:
-    """Whether this (Linux) process runs one thread, C libraries' (OpenMP) counted too."""
-    for _ in range(20):   # a pool's threads, joined, leave the kernel's list milliseconds later
-        if len(os.listdir("/proc/self/task")) == 1:
-            return True
-        time.sleep(0.005)
-    return False
+    fn = sys.modules[module_name]
+    for name in qualname.split("."):   # a method's qualname names its class first
+        fn = getattr(fn, name)
+    return fn(**run)
 
 
 def _open_pool(size: int) -> ProcessPoolExecutor:
     """Workers forked where it is safe (milliseconds, the modules shared); forking a process that
     runs other threads can deadlock the child: a forkserver then, or spawn off Linux."""
     method = ("spawn" if not sys.platform.startswith("linux")
-              else "fork" if _one_thread() else "forkserver")
+              else "fork" if threads.only_one_running() else "forkserver")
     context = multiprocessing.get_context(method)
     gc.freeze()   # today's objects (torch's 300,000): no collection in a worker walks them again
     if method == "forkserver":   # the server imports these once; every worker is forked from it
         main = ["__main__"] if getattr(sys.modules.get("__main__"), "__file__", None) else []
         context.set_forkserver_preload(main + [m for m in ("numpy", "torch") if m in sys.modules])
-    # a worker ignores Ctrl-C: it is for the parent, which ends the workers
-    return ProcessPoolExecutor(size, mp_context=context, initializer=signal.signal,
-                               initargs=(signal.SIGINT, signal.SIG_IGN))
+    return ProcessPoolExecutor(size, mp_context=context, initializer=_start_worker,
+                               initargs=(progress.new_counters(context),))
+
+
+def _block_ctrl_c(how: int):
+    if hasattr(signal, "pthread_sigmask"):   # Windows has no signal masks
+        signal.pthread_sigmask(how, {signal.SIGINT})
 
 
 def _submit(fn, runs: list, workers: int | None):
     """Submit to the workers the runs with no result or future yet (none with one worker)."""
     global _pool
     workers = workers_from_environment() if workers is None else workers
-    target = fn.__module__, getattr(sys.modules[fn.__module__], "__file__", None), fn.__qualname__
+    if workers == 1:
+        return   # map computes each run here
+    module_file = getattr(sys.modules[fn.__module__], "__file__", None)
     # workers fork with Ctrl-C blocked (it waits for this process): one landing in a worker before
     # it ignores Ctrl-C printed the worker's own traceback
-    _mask(signal.SIG_BLOCK, {signal.SIGINT})
+    _block_ctrl_c(signal.SIG_BLOCK)
     try:
-        for run in runs if workers > 1 else []:
-            if _key(fn, run) not in _results:
-                _pool = _pool or _open_pool(workers)
-                _results[_key(fn, run)] = _pool.submit(_compute, *target, run)
+        for run in runs:
+            key = _key(fn, run)
+            if key not in _results:
+                if _pool is None:
+                    _pool = _open_pool(workers)
+                _results[key] = _pool.submit(_compute, fn.__module__, module_file,
+                                             fn.__qualname__, run, progress.counter_for(key))
     finally:
-        _mask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        _block_ctrl_c(signal.SIG_UNBLOCK)
 
 
 def start(fn, runs: list, workers: int | None = None):
@@ -129,31 +134,24 @@ def start(fn, runs: list, workers: int | None = None):
     _submit(fn, runs, workers)
 
 
-def map(fn, runs: list, workers: int | None = None, sizes: list | None = None) -> list:
-    """[fn(**run) for run in runs]: kept, the workers' or computed here. sizes: the lesson's runs in
-    each (a stack of 5 seeds is 5) for the progress bar, on a terminal only (never in a capture)."""
+def map(fn, runs: list, workers: int | None = None, steps=None) -> list:
+    """[fn(**run) for run in runs]: kept, the workers' or computed here. steps(**run): the steps a
+    run trains (5 stacked runs of 400: 2,000), which the bar counts as they train (progress.py)."""
     runs = list(runs)
     keys = [_key(fn, run) for run in runs]
     _submit(fn, runs, workers)
-    left = dict(zip(keys, sizes or [1] * len(keys)))   # each distinct run once
-    with tqdm(total=sum(left.values()), desc=progress_label, unit=" runs", file=sys.stderr,
-              disable=not sys.stderr.isatty(), delay=0.5, miniters=0, leave=False) as bar:
-        futures = {}
+    with progress.Bar(dict(zip(keys, runs)), steps, _results) as bar:
         for key, run in zip(keys, runs):
             _ahead.pop(key, None)
             if key not in _results:   # one worker: computed here, in order
                 _results[key] = fn(**run)
-            if isinstance(_results[key], Future):
-                futures[_results[key]] = key
-            elif key in left:
-                bar.update(left.pop(key))
+                bar.show()
+        futures = {_results[key]: key for key in keys if isinstance(_results[key], Future)}
         while futures:
             done, _ = wait(futures, timeout=1, return_when=FIRST_COMPLETED)
             for future in done:
-                key = futures.pop(future)
-                _results[key] = future.result()   # a run's exception is raised here
-                bar.update(left.pop(key))
-            bar.update(0)   # the elapsed time moves on while a long run trains
+                _results[futures.pop(future)] = future.result()   # a run's exception is raised here
+            bar.show()   # each second at least: the elapsed time and the steps trained move on
     if all(not isinstance(result, Future) for result in _results.values()):
         shutdown()   # nothing in flight: the workers' memory back; a later start forks afresh
     return [_results[key] for key in keys]
@@ -169,12 +167,14 @@ def forget():
 def report_runs_never_asked_for():
     """One line on stderr naming the runs `start` began that no `map` asked for (a train_ahead that
     drifted from its part: the same output, only without the overlap); then the workers end."""
-    runs = [f"{name}({', '.join(f'{k}={v!r}' for k, v in json.loads(run).items())})"
-            for _, name, run in _ahead]
-    if runs:
-        sys.stderr.write(f"runner: {len(runs)} run{'s' * (len(runs) > 1)} started ahead but never "
-                         "asked for (train_ahead differs from what its part passes to runner.map): "
-                         f"{'; '.join(runs)}\n")
+    calls = []
+    for _, name, arguments in _ahead:
+        listed = [f"{argument}={value!r}" for argument, value in json.loads(arguments).items()]
+        calls.append(f"{name}({', '.join(listed)})")
+    if calls:
+        runs = "1 run" if len(calls) == 1 else f"{len(calls)} runs"
+        sys.stderr.write(f"runner: {runs} started ahead but never asked for (train_ahead differs "
+                         f"from what its part passes to runner.map): {'; '.join(calls)}\n")
     _ahead.clear()
     shutdown()
 

@@ -23,6 +23,7 @@ import numpy as np
 
 import paths  # noqa: F401  (makes lecture 5's tensor.py and reviews.py importable)
 import optim
+import progress
 import reviews
 import runner
 import transformer
@@ -92,6 +93,7 @@ def train_transformer(positions: bool, seed: int, steps: int) -> dict:
         # linear decay: the last steps settle instead of jumping
         optimizer.lr = LR * (1 - step / steps)
         losses.append(adam_step(model, optimizer, data, rows))
+        progress.report_steps(1)
     return {"parameters": {name: p.data for name, p in model.named_parameters()}, "losses": losses}
 
 
@@ -115,6 +117,12 @@ def transformer_runs(seeds, steps: int, positions=(False, True)) -> list[dict]:
     return [dict(positions=p, seed=seed, steps=steps) for p in positions for seed in seeds]
 
 
+def transformer_steps(positions: bool, seed: int, steps: int) -> int:
+    """The steps train_transformer(positions, seed, steps) takes: what the progress bar counts
+    (runner.map's steps)."""
+    return steps
+
+
 def planned(runs: list) -> tuple:
     """(function, [arguments]) that train_many(runs) hands runner.map: what a script passes
     common.main's train_ahead, so that the runs start before the part that asks for them."""
@@ -125,4 +133,4 @@ def train_many(runs: list) -> list:
     """[train_transformer(**run) for run in runs]: the same results in the same order, each
     trained once per process (runner.py keeps them, and trains them side by side on the machine's
     cores)."""
-    return runner.map(*planned(runs))
+    return runner.map(*planned(runs), steps=transformer_steps)

@@ -11,6 +11,7 @@ so this module must be imported before both (`common` and `city_train` import it
 OPENBLAS_NUM_THREADS or OMP_NUM_THREADS in the environment wins.
 """
 import os
+import time
 from contextlib import contextmanager
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -29,3 +30,13 @@ def torch_threads(n: int = 1):
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def only_one_running() -> bool:
+    """Whether this (Linux) process runs one thread, C libraries' (OpenMP) counted too: runner.py
+    forks its workers only then (forking a process that runs other threads can deadlock a child)."""
+    for _ in range(20):   # a pool's threads, joined, leave the kernel's list milliseconds later
+        if len(os.listdir("/proc/self/task")) == 1:
+            return True
+        time.sleep(0.005)
+    return False
