@@ -173,12 +173,13 @@ def test_the_full_check_lets_a_run_add_kernel_marks_but_not_change_a_marked_line
 
 
 def test_the_full_check_compares_a_count_line_by_its_claim_and_outcome_not_its_digits():
-    committed = ("⚙ RoPE lowers it: 5 of 5 seeds; holds (p = 0.031); per-seed margin +87 mnat/token, "
-                 "95% bounds +45 to +224\n")
+    committed = ("⚙ RoPE lowers it: 5 of 5 seeds; holds (p = 0.031); per-seed margin +87 "
+                 "mnat/token, 95% bounds +45 to +224\n")
     other_digits = ("⚙ RoPE lowers it: 6 of 6 seeds; holds (p = 0.016); per-seed margin +80 "
                     "mnat/token, 95% bounds +40 to +200\n")
     assert differing_lines(committed, other_digits) == []
-    unclear = committed.replace("5 of 5 seeds; holds", "4 of 5 seeds; no clear difference at 5 seeds")
+    unclear = committed.replace("5 of 5 seeds; holds",
+                                "4 of 5 seeds; no clear difference at 5 seeds")
     assert differing_lines(committed, unclear) == [
         "-RoPE lowers it: holds", "+RoPE lowers it: no clear difference at 5 seeds"]
     assert verdicts(unclear) == {"RoPE lowers it": "no clear difference at 5 seeds"}

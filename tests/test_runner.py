@@ -137,10 +137,11 @@ def test_a_run_weighs_the_training_steps_it_takes_a_stack_its_runs_steps_togethe
     assert sentiment_train.transformer_steps(positions=True, seed=0, steps=120) == 120
 
 
-@pytest.mark.parametrize("argv, steps", [([], 9 * 75 + 10 * 400), (["--quick"], 2 * 100)])
+@pytest.mark.parametrize("argv, steps", [([], 3 * 5 * 75 + 2 * 8 * 400), (["--quick"], 2 * 100)])
 def test_script_04_part_4_bar_counts_the_steps_of_every_planned_run_once(script, argv, steps):
-    """The stacks train_many makes of part 4's runs weigh what its plan trains: in a full run 9
-    runs of 75 steps and 10 of 400, not 19 runs of one weight."""
+    """The stacks train_many makes of part 4's runs weigh what its plan trains: in a full run 15
+    runs of 75 steps (3 settled configurations × 5 seeds) and 16 of 400 (2 contested × 8), not 31
+    runs of one weight."""
     import city_train
     m = script("04_residual_layernorm")
     args = common.parse_args(m.__doc__, m.PARTS.keys(), ["--part", "4", *argv], m.SEEDS)
