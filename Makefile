@@ -16,13 +16,13 @@ help:  ## list the targets
 	@grep -E '^[a-z]+:.*## ' Makefile | sed 's/:.*## /\t/'
 
 # Makes .venv when there is none, or when PYTHON or TORCH_INDEX is given (command line or
-# environment) and its stamp records another; checks PYTHON (3.10-3.14) and the platform first;
+# environment) and its stamp records another; checks PYTHON (3.11-3.14) and the platform first;
 # removes .venv again if pip fails.
 GIVEN := \
 	$(foreach v,PYTHON TORCH_INDEX,$(if $(filter command line environment,$(origin $(v))),$(v)))
 venv:  ## make .venv (only); make venv PYTHON=python3.12 makes it again with that interpreter
 	@command -v $(PYTHON) >/dev/null 2>&1 || { \
-	  echo "make: PYTHON=$(PYTHON) is not a command; name a Python 3.10-3.14, e.g. PYTHON=python3.12" \
+	  echo "make: PYTHON=$(PYTHON) is not a command; name a Python 3.11-3.14, e.g. PYTHON=python3.12" \
 	  >&2; exit 1; }
 	@$(PYTHON) tools/make_venv.py $(VENV) '$(TORCH_INDEX)' '$(firstword $(MAKECMDGOALS))' '$(GIVEN)'
 

@@ -1,9 +1,9 @@
 """Shared test setup: `load_script("01_attention")` imports a numbered script (names start with a
-digit, so no plain import). pytest.ini puts code/lecture06 on the path; `paths` adds lecture 5's
-code. How the suite shares the machine (xdist groups, worker counts, garbage collection) is
-tests/scheduling.py's business."""
+digit, so no plain import). The code is the installed package (make venv: `from lecture06 import
+transformer`); pytest.ini puts only tests/ on the path. How the suite shares the machine (xdist
+groups, worker counts, garbage collection) is tests/scheduling.py's business."""
 # first: one BLAS thread, set before any test module loads numpy, as in the scripts
-import threads  # noqa: F401
+from lecture06 import threads  # noqa: F401
 
 import importlib.util
 import os
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-import paths
+from lecture06 import paths
 
 pytest_plugins = ["scheduling"]
 

@@ -11,7 +11,7 @@ the fourth-order one's is h⁴f⁽⁵⁾/30, far below rounding.
 """
 import numpy as np
 
-from tensor import Tensor, no_grad
+from lecture05.tensor import Tensor, no_grad
 
 H = 1e-4          # rounding ~eps/h ~ 2e-12; truncation ~h⁴ ~ 1e-16
 RTOL = 1e-6

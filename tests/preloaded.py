@@ -23,8 +23,6 @@ def run(argv: list, stdout: str, stderr: str) -> int:
         os.dup2(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
     os.chdir("/")
     sys.argv = list(argv)
-    # as for `python SCRIPT`: the script's directory
-    sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
     try:
         runpy.run_path(argv[0], run_name="__main__")
         code = 0

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-import common
-import tensor
-import transformer
+from lecture06 import common
+from lecture05 import tensor
+from lecture06 import transformer
 from conftest import load_script
 from outputs import section
 

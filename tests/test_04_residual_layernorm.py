@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-import common
+from lecture06 import common
 from conftest import load_script
 
 m = load_script("04_residual_layernorm")

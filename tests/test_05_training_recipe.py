@@ -7,14 +7,9 @@ import pytest
 
 from conftest import load_script
 
-import city_generation
-import city_lab
-import common
-import optim
-import recipe_figures
-import transformer
-from tensor import no_grad
-from threads import torch_threads
+from lecture06 import city_generation, city_lab, common, optim, recipe_figures, transformer
+from lecture05.tensor import no_grad
+from lecture06.threads import torch_threads
 
 m = load_script("05_training_recipe")
 
@@ -209,7 +204,7 @@ def test_checkpoint_averaging_bookkeeping():
     """Tiny runs: the rows pair every seed with its own last checkpoint, an average is the test
     excess of the averaged weights, every checkpoint a run scores as it trains is the excess
     training's own curve gives at that step, and only the first seed scores every checkpoint."""
-    import city_train
+    from lecture06 import city_train
     r = m.checkpoint_averaging(seeds=(3, 4), model_size=dict(n_layers=1, n_embd=16, n_head=2),
                                steps=20, checkpoint_every=4, ks=(2, None), jitter_every=2)
     assert [row["name"] for row in r["rows"]] == ["last", "average", "average", "decayed"]

@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-import common
-import transformer
+from lecture06 import common, transformer
 from conftest import load_script
 
 s06 = load_script("06_costs")

@@ -11,8 +11,7 @@ import re
 import numpy as np
 import pytest
 
-import common
-import sentiment_train
+from lecture06 import common, sentiment_train
 
 from conftest import load_script
 
@@ -90,7 +89,7 @@ def received_by_hand(sentiment, parameters: dict, sentence: str) -> np.ndarray:
     """The weight each position of `sentence` receives, averaged over the heads and the queries,
     recomputed in numpy from a trained model's parameters: embeddings, ln_1, the q and k
     projections, softmax(q kᵀ/√Dh) per head. Nothing of transformer.py or the script's ranking."""
-    import reviews
+    from lecture05 import reviews
     ids = [reviews.VOCAB.index(word) for word in sentence.split()]
     p = {name.removeprefix("layer."): value for name, value in parameters.items()}
     x = p["token_embeddings.weights"][ids] + p["position_embeddings.weights"][:len(ids)]
@@ -112,7 +111,7 @@ def received_by_hand(sentiment, parameters: dict, sentence: str) -> np.ndarray:
 def but_second_by_hand(sentiment, seeds) -> list:
     """At each seed, whether exactly one position receives more than 'but' (position 4), from the
     numpy recomputation of the trained model's attention (train_many keeps the models)."""
-    import reviews
+    from lecture05 import reviews
     trained = sentiment_train.train_many(sentiment_train.transformer_runs(seeds, sentiment.STEPS,
                                                                           positions=(True,)))
     assert reviews.NOTES_SENTENCE.split()[4] == "but"
@@ -125,7 +124,7 @@ def test_but_second_is_counted_as_the_attention_weights_show(sentiment, attentio
     """The script's count of "then 'but'" equals a count of our own from the weights; each seed's
     'received' matches the recomputation to rounding (amplified by no training: the same
     parameters)."""
-    import reviews
+    from lecture05 import reviews
     by_hand = but_second_by_hand(sentiment, SEEDS)
     assert common.holds(attention["claims"]["but_second"]) == sum(by_hand)
     assert [m > 0 for m in attention["claims"]["but_second"]] == [bool(b) for b in by_hand]
@@ -151,7 +150,7 @@ def test_bad_sentence_is_explained(sentiment):
 
 
 def test_run_prints_every_part_and_draws(sentiment, results, tmp_path, capsys):
-    import common
+    from lecture06 import common
     common.main(sentiment.__doc__, sentiment.PARTS, ["--figures", str(tmp_path), "--seeds", "3"],
                 seeds=sentiment.SEEDS)   # the fixtures' models, kept by sentiment_train
     out = capsys.readouterr().out

@@ -4,8 +4,8 @@ RoPE's score a function of m − n, the layout permutation, and the KV cache's b
 import numpy as np
 import pytest
 
-import llama
-import tensor
+from lecture06 import llama
+from lecture05 import tensor
 from conftest import load_script
 
 

@@ -6,9 +6,8 @@ import math
 
 import numpy as np
 
-import common
-import transformer
-import tensor
+from lecture06 import common, transformer
+from lecture05 import tensor
 from conftest import load_script
 
 bench = load_script("bench_step")

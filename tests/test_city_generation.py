@@ -4,10 +4,8 @@ bookkeeping, not the quality (05's tests assert that on trained models)."""
 import numpy as np
 import pytest
 
-import city_generation
-import city_lab
-import transformer
-from tensor import no_grad
+from lecture06 import city_generation, city_lab, transformer
+from lecture05.tensor import no_grad
 
 
 @pytest.fixture(scope="module")

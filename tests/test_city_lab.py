@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 import pytest
 
-import city_lab
+from lecture06 import city_lab
 
 
 @pytest.fixture(scope="module")

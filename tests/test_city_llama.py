@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-import city_llama
+from lecture06 import city_llama
 
 TOY = dict(n_layers=1, n_embd=16, n_head=4)
 TOY_TRAINING = dict(steps=3, lr=3e-3, eval_every=None, seed=1)
@@ -64,7 +64,7 @@ def test_a_run_scores_longer_windows_or_gives_the_learned_tables_refusal():
 
 
 def test_long_windows_hold_their_exact_probabilities():
-    import city_lab
+    from lecture06 import city_lab
     windows = city_llama.long_windows(64, 3)
     assert windows.x.shape == (3, 64)
     exact = city_lab.true_distributions(np.concatenate([windows.x, windows.y[:, -1:]], axis=1))

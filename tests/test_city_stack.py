@@ -5,9 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import city_lab
-import city_stack
-import city_train
+from lecture06 import city_lab, city_stack, city_train
 
 
 def _named_gradients(stack, e: int, model) -> dict:

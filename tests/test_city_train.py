@@ -4,8 +4,7 @@ import math
 
 import pytest
 
-import city_lab
-import city_train
+from lecture06 import city_lab, city_train
 
 
 TINY_MODEL = dict(n_layers=1, n_embd=16, n_head=2)
@@ -28,7 +27,7 @@ def test_a_one_layer_model_trains_below_the_bigram_baseline():
 
 
 def test_runs_are_deterministic_and_runs_in_worker_processes_equal_runs_here():
-    import runner
+    from lecture06 import runner
     import torch
     configs = [dict(model=dict(TINY_MODEL, seed=s), training=dict(TINY_TRAINING, seed=s))
                for s in (10, 11, 10)]
@@ -44,8 +43,8 @@ def test_runs_are_deterministic_and_runs_in_worker_processes_equal_runs_here():
 
 
 def test_inits():
-    torch_ref = pytest.importorskip("torch_ref")
     import torch
+    from lecture06 import torch_ref
     for init in city_train.INITS:
         model = city_train.build_model(n_layers=2, n_embd=64, n_head=4, init=init, seed=3)
         assert all(p.dtype == torch.float32 for p in model.parameters())
@@ -148,18 +147,16 @@ def test_train_many_after_the_parent_used_several_threads_does_not_hang():
     count hung in OpenMP sending its results home."""
     import subprocess
     import sys
-    from conftest import LECTURE06
-    program = ("import sys; sys.path.insert(0, %r)\n"
-               "import torch; torch.set_num_threads(2); a = torch.randn(256, 256)\n"
+    program = ("import torch; torch.set_num_threads(2); a = torch.randn(256, 256)\n"
                "for _ in range(10): a @ a\n"
-               "import city_train\n"
+               "from lecture06 import city_train\n"
                "model, training = dict(n_layers=1, n_embd=16, n_head=2), "
                "dict(steps=4, eval_every=2)\n"
-               "import runner\n"
+               "from lecture06 import runner\n"
                "runs = runner.map(city_train.run, "
                "[dict(model=model, training=dict(training, seed=s)) for s in (0, 1)],\n"
                "                  workers=2)\n"
-               "print(len(runs))\n") % LECTURE06
+               "print(len(runs))\n")
     # -W error: Python 3.12+ warns when a process that
     # runs threads forks; the runner must not fork it
     done = subprocess.run([sys.executable, "-W", "error::DeprecationWarning", "-c", program],

@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-import common
+from lecture06 import common
 from conftest import LECTURE06, load_script
 
 
@@ -74,15 +74,27 @@ def test_seeds_is_offered_only_by_a_script_that_measures_a_claim_over_seeds(caps
     assert not hasattr(common.parse_args("Script 99", [1], []), "seeds")
 
 
-def test_a_python_without_the_packages_is_told_what_to_run():
-    # -S: no site-packages, as a plain python3 without the requirements installed
+def test_a_python_without_the_course_s_package_is_told_in_one_line_what_to_run():
+    # -S: no site-packages, as a plain python3 that has not installed the package (make venv)
+    script = os.path.join(LECTURE06, "01_attention.py")
+    done = subprocess.run([sys.executable, "-S", script], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr == (f"No module named 'lecture06' in {sys.executable}: run `make venv`, "
+                           f"then .venv/bin/python {script}\n")
+
+
+def test_a_python_with_the_package_but_not_its_requirements_is_told_what_to_run():
+    # the package's folder on the path, no site-packages: numpy, torch, ... missing
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(LECTURE06)}
     done = subprocess.run([sys.executable, "-S", os.path.join(LECTURE06, "01_attention.py")],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60, env=env)
     assert done.returncode == 1 and "Traceback" not in done.stderr
-    assert "lacks numpy, torch, matplotlib, tabulate" in done.stderr and "make all" in done.stderr
+    assert "lacks numpy, scipy, torch, matplotlib, tabulate" in done.stderr
+    assert "make all" in done.stderr
     helped = subprocess.run([sys.executable, "-S",
                              os.path.join(LECTURE06, "04_residual_layernorm.py"), "--help"],
-                            capture_output=True, text=True, timeout=60)
+                            capture_output=True, text=True, timeout=60, env=env)
     assert helped.returncode == 0 and helped.stderr == ""  # --help is not an error, packages or not
     assert "[--seeds N]" in helped.stdout and "lacks numpy" in helped.stdout
 
@@ -95,9 +107,8 @@ def test_every_line_of_a_timing_or_kernel_dependent_note_is_marked(capsys):
 
 
 PARTS_THAT_TRAIN = """
-import sys, time
-sys.path.insert(0, {lecture06!r})
-import common, runner
+import time
+from lecture06 import common, runner
 def nap(seconds):
     time.sleep(seconds)
     return seconds
@@ -149,9 +160,8 @@ def test_piped_stderr_gets_neither_the_parts_nor_a_progress_bar():
 
 
 STEPS_THAT_TRAIN = """
-import os, sys, time
-sys.path.insert(0, {lecture06!r})
-import common, progress, runner
+import os, time
+from lecture06 import common, progress, runner
 def train(steps, go):
     time.sleep(0.6)   # past the bar's half-second delay: shown at once
     progress.report_steps(steps - 3)
@@ -244,7 +254,6 @@ def test_make_all_says_each_script_s_time_and_from_its_last_run_here_the_time_le
 HELP_AND_MODULES = """
 import os, resource, runpy, sys
 sys.argv = [{path!r}, "--help"]
-sys.path.insert(0, os.path.dirname(sys.argv[0]))   # as `python script.py` does
 try:
     runpy.run_path(sys.argv[0], run_name="__main__")
 finally:

@@ -29,11 +29,10 @@ import math
 import numpy as np
 import pytest
 
-import decoding
-import transformer
-from decoding import KVCache, length_penalty
-from encoder_decoder import EncoderDecoder
-from tensor import Tensor, no_grad
+from lecture06 import decoding, transformer
+from lecture06.decoding import KVCache, length_penalty
+from lecture06.encoder_decoder import EncoderDecoder
+from lecture05.tensor import Tensor, no_grad
 
 TOL = 1e-12
 V = 13

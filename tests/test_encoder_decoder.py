@@ -19,12 +19,10 @@ import numpy as np
 import pytest
 import torch
 
-import encoder_decoder
-import torch_ref
-import transformer
+from lecture06 import encoder_decoder, torch_ref, transformer
 from twins import max_diff, randomize_layernorms
 from gradcheck import PRIMITIVES, check_gradients, leaf
-from tensor import count_ops
+from lecture05.tensor import count_ops
 from test_transformer import violations
 
 TOL = 1e-12

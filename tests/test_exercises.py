@@ -8,10 +8,9 @@ import math
 import numpy as np
 import pytest
 
-import optim
-import transformer
+from lecture06 import optim, transformer
 from conftest import load_script
-from tensor import Tensor
+from lecture05.tensor import Tensor
 
 
 def test_ex1_score_std_is_sqrt_d_and_one_after_scaling():

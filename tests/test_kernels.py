@@ -13,13 +13,12 @@ import numpy as np
 import pytest
 import torch
 
-import decoding
-import kernels
-import tensor
-import transformer
-from encoder_decoder import EncoderDecoder
+from lecture06 import decoding, kernels
+from lecture05 import tensor
+from lecture06 import transformer
+from lecture06.encoder_decoder import EncoderDecoder
 from gradcheck import PRIMITIVES, check_gradients, leaf
-from tensor import Tensor, count_ops, count_traffic
+from lecture05.tensor import Tensor, count_ops, count_traffic
 
 TOL = 1e-12
 

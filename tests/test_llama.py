@@ -18,12 +18,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import llama
-import llama_ref
-import torch_ref
-import transformer
+from lecture06 import llama, llama_ref, torch_ref, transformer
 from gradcheck import check_gradients, leaf
-from tensor import Tensor
+from lecture05.tensor import Tensor
 from test_parity import check_twins
 from test_transformer import lecture_imports, violations
 from twins import max_diff, randomize_layernorms
@@ -91,7 +88,7 @@ def test_llama_py_writes_no_backward_and_no_array_arithmetic():
 def test_llama_py_builds_on_transformer_py_and_decoding_needs_no_change():
     """It imports the lesson and tensor.py; decoding.py comes with DecoderLM's inherited new_cache
     and generate."""
-    assert lecture_imports(llama) == ({"paths", "tensor", "transformer"}, set())
+    assert lecture_imports(llama) == ({"tensor", "transformer"}, set())
 
 
 # ---- the twins -----------------------------------------------------------------------------------

@@ -5,8 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-import optim
-import transformer
+from lecture06 import optim, transformer
 from twins import max_diff
 
 TOL = 1e-12

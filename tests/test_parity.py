@@ -7,12 +7,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import optim
-import torch_ref
-import transformer
+from lecture06 import optim, torch_ref, transformer
 from twins import max_diff, randomize_layernorms
 from gradcheck import leaf
-from tensor import Tensor, no_grad
+from lecture05.tensor import Tensor, no_grad
 
 TOL = 1e-12
 B, S, D, H, V = 3, 6, 16, 4, 11

@@ -1,11 +1,14 @@
-"""The README's "Use the modules from Python" block runs as it stands, from the repository's root,
-in a fresh Python (what a student pastes)."""
+"""The README's "Use the modules from Python" block runs as it stands, in a fresh Python (what a
+student pastes), from the repository's root and from any other directory: the modules are the
+installed package, not files beside it."""
 import os
 import re
 import subprocess
 import sys
 
-import paths
+import pytest
+
+from lecture06 import paths
 
 SECTION = "## Use the modules from Python"
 
@@ -19,11 +22,17 @@ def readme_code() -> str:
     return code
 
 
-def test_the_readmes_python_block_trains_a_step_decodes_and_translates():
+def run_python(code: str, directory: str) -> subprocess.CompletedProcess:
     env = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
-    done = subprocess.run([sys.executable, "-c", readme_code()], cwd=paths.ROOT, env=env,
+    return subprocess.run([sys.executable, "-c", code], cwd=directory, env=env,
                           capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("directory", [paths.ROOT, "/"])
+def test_the_readmes_python_block_trains_a_step_decodes_and_translates(directory):
+    done = run_python(readme_code(), directory)
     assert done.returncode == 0 and done.stderr == "", done.stderr
     printed = done.stdout.splitlines()
-    assert re.fullmatch(r"loss \d\.\d{3}", printed[0])
+    assert printed[0] == "DecoderLM(" and "  (ln): LayerNorm(dim=32, eps=1e-05)" in printed
+    assert re.fullmatch(r"loss \d\.\d{3}", printed[printed.index(")") + 1])
     assert "(2, 9, 20)" in printed

@@ -4,8 +4,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-import reviews
-from bag_of_words import BagOfWords, word_counts
+from lecture05 import reviews
+from lecture05.bag_of_words import BagOfWords, word_counts
 
 
 @pytest.fixture(scope="module")

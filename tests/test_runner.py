@@ -11,9 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-import common
-import progress
-import runner
+from lecture06 import common, progress, runner
 from conftest import LECTURE06
 from outputs import NEVER_ASKED_FOR
 
@@ -34,7 +32,7 @@ def fails_at(x: int, bad: int) -> int:
 
 def float32_run(seed: int) -> list:
     """A float32 training run's every loss, as bits."""
-    import city_train
+    from lecture06 import city_train
     result = city_train.run(model=dict(n_layers=1, n_embd=16, n_head=2, seed=seed),
                             training=dict(lr=1e-2, steps=10, eval_every=None, seed=seed))
     return np.array(result.train_excess).view(np.uint64).tolist()
@@ -126,9 +124,7 @@ def test_a_reader_that_goes_away_ends_a_script_quietly():
 
 
 def test_a_run_weighs_the_training_steps_it_takes_a_stack_its_runs_steps_together():
-    import city_llama
-    import city_train
-    import sentiment_train
+    from lecture06 import city_llama, city_train, sentiment_train
     assert city_train.stack_steps(model={}, training=dict(steps=75), seeds=[1, 2, 3]) == 225
     assert city_train.stack_steps(model={}, training={}, seeds=[(4, 5)]) == 400   # train's default
     assert city_llama.run_steps(model={}, training=dict(steps=300), long_lengths=[64],
@@ -142,7 +138,7 @@ def test_script_04_part_4_bar_counts_the_steps_of_every_planned_run_once(script,
     """The stacks train_many makes of part 4's runs weigh what its plan trains: in a full run 15
     runs of 75 steps (3 settled configurations × 5 seeds) and 16 of 400 (2 contested × 8), not 31
     runs of one weight."""
-    import city_train
+    from lecture06 import city_train
     m = script("04_residual_layernorm")
     args = common.parse_args(m.__doc__, m.PARTS.keys(), ["--part", "4", *argv], m.SEEDS)
     _, stacks = m.part4_runs(args)

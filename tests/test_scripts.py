@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-import common
+from lecture06 import common
 from conftest import LECTURE06, load_script
 
 SCRIPTS = sorted(os.path.basename(path)[:-3]

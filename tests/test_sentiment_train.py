@@ -3,13 +3,13 @@ tested in test_07_sentiment.py)."""
 import numpy as np
 import pytest
 
-import sentiment_train
+from lecture06 import sentiment_train
 
 
 def test_a_worker_trains_the_same_bits():
     """Models trained in worker processes (sent home as arrays) equal the ones trained here, bit
     for bit."""
-    import runner
+    from lecture06 import runner
     runs = [dict(positions=True, seed=7, steps=3), dict(positions=False, seed=7, steps=3)]
     here = [sentiment_train.train_transformer(**run) for run in runs]
     there = runner.map(sentiment_train.train_transformer, runs, workers=2)

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-import tensor
+from lecture05 import tensor
 from gradcheck import PRIMITIVES, check_gradients, leaf, relative_error
-from tensor import Tensor, count_ops, embedding, no_grad
+from lecture05.tensor import Tensor, count_ops, embedding, no_grad
 
 
 

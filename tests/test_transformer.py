@@ -11,10 +11,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import tensor
-import transformer
+from lecture05 import tensor
+from lecture06 import transformer
 from gradcheck import PRIMITIVES, check_gradients, leaf
-from tensor import Tensor, count_ops
+from lecture05.tensor import Tensor, count_ops
 
 B, S, D, H, V = 2, 3, 4, 2, 5                 # small: every element is perturbed twice
 
@@ -432,43 +432,43 @@ def test_only_primitives_in_forward_and_backward():
 
 
 def lecture_imports(module) -> tuple[set, set]:
-    """The modules of lecture 5 and 6 that `module`'s file imports: (at its top, inside its
-    functions), read from the source with ast (nothing is run)."""
-    lecture06 = os.path.dirname(transformer.__file__)
-    ours = ({os.path.splitext(name)[0] for name in os.listdir(lecture06)}
-            | {"tensor", "reviews", "bag_of_words"})
+    """The modules of lecture 5 and 6 that `module`'s file imports, by their names in the packages
+    (`from lecture06 import kernels`, `from lecture05.tensor import Tensor`): (at its top, inside
+    its functions), read from the source with ast (nothing is run)."""
     top, inside = set(), set()
     tree = ast.parse(inspect.getsource(module))
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names = {alias.name.split(".")[0] for alias in node.names}
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module in ("lecture05", "lecture06"):
+            modules = [f"{node.module}.{alias.name}" for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            names = {(node.module or "").split(".")[0]}
+            modules = [node.module or ""]
         else:
             continue
-        (top if node in tree.body else inside).update(names & ours)
+        names = {name.split(".")[1] for name in modules
+                 if name.split(".")[0] in ("lecture05", "lecture06") and "." in name}
+        (top if node in tree.body else inside).update(names)
     return top, inside
 
 
 def test_the_house_has_no_arrow_back_up_and_no_circle():
     """tensor <- kernels <- transformer <- encoder_decoder; decoding and kernels build on tensor
-    alone (`paths` only puts lecture 5 on sys.path). transformer.py reaches decoding.py only inside
-    the two methods that hand work to it (new_cache, generate), at call time."""
-    import decoding
-    import encoder_decoder
-    import kernels
-    import optim
-    imports = {m.__name__: lecture_imports(m)
+    alone. transformer.py reaches decoding.py only inside the two methods that hand work to it
+    (new_cache, generate), at call time."""
+    from lecture06 import decoding, encoder_decoder, kernels, optim
+    imports = {m.__name__.split(".")[-1]: lecture_imports(m)
                for m in (tensor, kernels, optim, decoding, transformer, encoder_decoder)}
     assert imports["tensor"] == (set(), set())
     assert imports["optim"] == (set(), set())
-    assert imports["kernels"] == ({"paths", "tensor"}, set())
-    assert imports["decoding"] == ({"paths", "tensor"}, set())
-    assert imports["transformer"] == ({"paths", "tensor", "kernels"}, {"decoding"})
-    assert imports["encoder_decoder"] == ({"paths", "tensor", "decoding", "transformer"}, set())
+    assert imports["kernels"] == ({"tensor"}, set())
+    assert imports["decoding"] == ({"tensor"}, set())
+    assert imports["transformer"] == ({"tensor", "kernels"}, {"decoding"})
+    assert imports["encoder_decoder"] == ({"tensor", "decoding", "transformer"}, set())
     lazy = [node for node in ast.walk(ast.parse(inspect.getsource(transformer.DecoderLM)))
-            if isinstance(node, ast.Import)]
-    assert [alias.name for node in lazy for alias in node.names] == ["decoding", "decoding"]
+            if isinstance(node, ast.ImportFrom)]
+    assert [f"{node.module}.{alias.name}" for node in lazy for alias in node.names] == [
+        "lecture06.decoding", "lecture06.decoding"]
 
 
 def violations(source: str) -> list:

@@ -3,7 +3,7 @@ moved off their initial weights 1 and biases 0 (there, a wrong gradient for them
 import numpy as np
 import torch
 
-import transformer
+from lecture06 import transformer
 
 
 def max_diff(a, b) -> float:

@@ -2,17 +2,21 @@
 runs this file: `make venv` (every target calls it).
 
 1. Checks, before anything is made, that this Python and this platform have a torch 2.13.0 wheel:
-   Python 3.10-3.14 on Linux (x86_64, aarch64; glibc 2.28+), Windows (x86_64), macOS 14+ on Apple
-   silicon.
+   Python 3.11-3.14 (numpy 2.4 needs 3.11) on Linux (x86_64, aarch64; glibc 2.28+), Windows
+   (x86_64), macOS 14+ on Apple silicon.
 2. Records in .venv/.installed (the stamp) which interpreter and torch index made .venv. When
    PYTHON= or TORCH_INDEX= is given to make (on its command line or in the environment) and asks for
    another, .venv is made again; without them the .venv there is used, and if it was made with
-   another Python this says so. A requirements.txt newer than the stamp is installed into .venv.
+   another Python this says so. A requirements.txt or pyproject.toml newer than the stamp is
+   installed into .venv.
 3. On Linux, where PyPI's torch is the CUDA build (~4.8 GB of venv with its nvidia packages),
    installs torch from TORCH_INDEX (PyTorch's CPU-only index by default, ~1.1 GB of venv) if that
    index answers within 5 s, and from the ordinary index if it does not. TORCH_INDEX=default (or
    empty) always uses the ordinary index.
-4. Removes .venv if anything fails or is interrupted,
+4. Installs the course's package (pyproject.toml: lecture05, lecture06) into .venv in editable
+   mode, after requirements.txt's pinned versions, so that `from lecture06 import transformer`
+   works in it from any directory.
+5. Removes .venv if anything fails or is interrupted,
    so that no half-made environment is left behind.
 
 Usage: python tools/make_venv.py VENV TORCH_INDEX [GOAL]
@@ -29,12 +33,13 @@ import subprocess
 import sys
 import threading
 
-OLDEST, NEWEST = (3, 10), (3, 14)   # the Pythons torch 2.13.0 has wheels for
+OLDEST, NEWEST = (3, 11), (3, 14)   # torch 2.13.0 has wheels for 3.10-3.14, numpy 2.4.6 for 3.11+
 PLATFORMS = ("Linux x86_64/aarch64 (glibc 2.28+), Windows x86_64, macOS 14+ on Apple silicon "
              "(none for Intel Macs)")
 PROBE_SECONDS = 5
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REQUIREMENTS = os.path.join(ROOT, "requirements.txt")
+PROJECT = os.path.join(ROOT, "pyproject.toml")
 KEYS = ("python", "torch index")                               # what the stamp records
 VARIABLE = {"python": "PYTHON", "torch index": "TORCH_INDEX"}  # the make variable that chooses each
 
@@ -50,12 +55,12 @@ def refuse(message):
 
 
 def check_python(goal):
-    """Python 3.10-3.14: one line naming the range and how to choose another interpreter."""
+    """Python 3.11-3.14: one line naming the range and how to choose another interpreter."""
     version = sys.version_info[:2]
     if OLDEST <= version <= NEWEST:
         return
     refuse("Python %s (%s) cannot run this code: it needs Python %d.%d-%d.%d, the versions "
-           "torch 2.13.0 has wheels for; choose another interpreter, "
+           "torch 2.13.0 and numpy 2.4.6 have wheels for; choose another interpreter, "
            "e.g. `make %s PYTHON=python3.12`"
            % ((platform.python_version(), sys.executable) + OLDEST + NEWEST + (goal,)))
 
@@ -201,6 +206,8 @@ def install(venv, stamp, record, fresh, torch):
                 "build is the CUDA one (~4.8 GB of venv); TORCH_INDEX=URL names another index"
                 % (torch, torch_index, why_not))
     pip(python, "install", "--quiet", "-r", REQUIREMENTS)
+    # the pinned versions are in: the package's own dependencies (ranges) need nothing more
+    pip(python, "install", "--quiet", "--no-deps", "--editable", ROOT)
     write_stamp(stamp, record)
     torch_version = subprocess.check_output(
         (python, "-c", "import importlib.metadata as m, platform; "
@@ -231,9 +238,11 @@ def main():
             for key in differ:
                 say("using %s as it is, made with %s (make ... %s=... makes it again)"
                     % (venv, describe(key, made.get(key)), VARIABLE[key]))
-            if os.path.getmtime(stamp) >= os.path.getmtime(REQUIREMENTS):
+            newer = [os.path.basename(path) for path in (REQUIREMENTS, PROJECT)
+                     if os.path.getmtime(path) > os.path.getmtime(stamp)]
+            if not newer:
                 return
-            say("requirements.txt changed since %s was made: installing it" % venv)
+            say("%s changed since %s was made: installing it" % (" and ".join(newer), venv))
             wanted = dict((key, made[key]) for key in KEYS if key in made)
     if fresh:
         check_python(goal)             # before anything is removed or made

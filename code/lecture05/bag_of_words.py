@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from reviews import PAD_ID, VOCAB, Reviews
-from tensor import Tensor, no_grad
+from lecture05.reviews import PAD_ID, VOCAB, Reviews
+from lecture05.tensor import Tensor, no_grad
 
 
 def word_counts(ids: np.ndarray) -> np.ndarray:

@@ -13,15 +13,20 @@ transformer.py, built on lecture 5's tensor.py.
 """
 from __future__ import annotations
 
-import common  # first: one BLAS thread before numpy loads, and lecture 5's code importable
+import sys
+
+try:   # first: one BLAS thread before numpy loads
+    from lecture06 import common
+except ModuleNotFoundError as missing:   # the course's package is not installed in this Python
+    sys.exit(f"{missing} in {sys.executable}: run `make venv`, then .venv/bin/python {sys.argv[0]}")
 
 import math
 
 
 import numpy as np
-import tensor
-import transformer
-from tensor import Tensor, no_grad
+from lecture05 import tensor
+from lecture06 import transformer
+from lecture05.tensor import Tensor, no_grad
 
 ROUNDING = 1e-15  # float64: differences this small are summation order, not information
 CONTRAST = ("the plot was good but the acting was bad", "the acting was bad but the plot was good")

@@ -13,14 +13,19 @@ transformer.sinusoidal_positions, the one the models use.
 """
 from __future__ import annotations
 
-import common  # first: one BLAS thread before numpy loads, and lecture 5's code importable
+import sys
+
+try:   # first: one BLAS thread before numpy loads
+    from lecture06 import common
+except ModuleNotFoundError as missing:   # the course's package is not installed in this Python
+    sys.exit(f"{missing} in {sys.executable}: run `make venv`, then .venv/bin/python {sys.argv[0]}")
 
 import math
 
 
 import numpy as np
-import transformer
-from tensor import no_grad
+from lecture06 import transformer
+from lecture05.tensor import no_grad
 
 D_MODEL = 512   # the paper's base width, used by parts 1-4
 

@@ -25,7 +25,12 @@ parts 4 and 6.
 """
 from __future__ import annotations
 
-import common  # first: one BLAS thread before numpy loads, and lecture 5's code importable
+import sys
+
+try:   # first: one BLAS thread before numpy loads
+    from lecture06 import common
+except ModuleNotFoundError as missing:   # the course's package is not installed in this Python
+    sys.exit(f"{missing} in {sys.executable}: run `make venv`, then .venv/bin/python {sys.argv[0]}")
 
 import contextlib
 import math
@@ -36,12 +41,10 @@ from fractions import Fraction
 import numpy as np
 import torch
 
-import encoder_decoder
-import kernels
-import tensor
-import torch_ref
-import transformer
-from tensor import Tensor
+from lecture06 import encoder_decoder, kernels
+from lecture05 import tensor
+from lecture06 import torch_ref, transformer
+from lecture05.tensor import Tensor
 
 ROUNDING = 1e-15   # float64 rounding at the scale of these values (≈ 1): what "equal" means below
 PARITY_BOUND = 1e-13   # rounding accumulated through a few layers' forward and backward

@@ -15,7 +15,12 @@ spread at --seeds seeds (default 8) for 400, and decides each claim over the see
 """
 from __future__ import annotations
 
-import common  # first: one BLAS thread before numpy loads, and lecture 5's code importable
+import sys
+
+try:   # first: one BLAS thread before numpy loads
+    from lecture06 import common
+except ModuleNotFoundError as missing:   # the course's package is not installed in this Python
+    sys.exit(f"{missing} in {sys.executable}: run `make venv`, then .venv/bin/python {sys.argv[0]}")
 
 import math
 import textwrap
@@ -25,11 +30,9 @@ import numpy as np
 import torch
 from torch import nn
 
-import city_lab
-import city_train
-import transformer
-from tensor import Tensor, no_grad
-from threads import torch_threads
+from lecture06 import city_lab, city_train, transformer
+from lecture05.tensor import Tensor, no_grad
+from lecture06.threads import torch_threads
 
 VARIANTS = ("no residual", "residual", "residual + LN")
 

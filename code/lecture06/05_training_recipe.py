@@ -20,7 +20,12 @@ exact distribution, over part 5's seeds, with part 5's constant-lr runs (constan
 """
 from __future__ import annotations
 
-import common  # first: one BLAS thread before numpy loads, and lecture 5's code importable
+import sys
+
+try:   # first: one BLAS thread before numpy loads
+    from lecture06 import common
+except ModuleNotFoundError as missing:   # the course's package is not installed in this Python
+    sys.exit(f"{missing} in {sys.executable}: run `make venv`, then .venv/bin/python {sys.argv[0]}")
 
 import math
 
@@ -28,15 +33,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-import city_generation
-import city_lab
-import city_train
-import optim
-import recipe_figures
-import torch_ref
-import transformer
-from common import sci
-from tensor import Tensor, count_ops, no_grad
+from lecture06 import city_generation, city_lab, city_train, optim, recipe_figures, torch_ref
+from lecture06 import transformer
+from lecture06.common import sci
+from lecture05.tensor import Tensor, count_ops, no_grad
 
 
 def _count_forwards(model: transformer.Module) -> list:

@@ -26,7 +26,12 @@ to float32 to measure.
 """
 from __future__ import annotations
 
-import common  # first: one BLAS thread before numpy loads, and lecture 5's code importable
+import sys
+
+try:   # first: one BLAS thread before numpy loads
+    from lecture06 import common
+except ModuleNotFoundError as missing:   # the course's package is not installed in this Python
+    sys.exit(f"{missing} in {sys.executable}: run `make venv`, then .venv/bin/python {sys.argv[0]}")
 
 import contextlib
 import statistics
@@ -37,11 +42,10 @@ import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-import kernels
-import tensor
-import torch_ref
-import transformer
-from threads import torch_threads
+from lecture06 import kernels
+from lecture05 import tensor
+from lecture06 import torch_ref, transformer
+from lecture06.threads import torch_threads
 
 GPT2_SMALL = dict(n_vocab=50257, n_embd=768, n_head=12, n_positions=1024, n_layers=12,
                   tie_weights=True)

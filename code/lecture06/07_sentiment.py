@@ -27,20 +27,23 @@ tensor.py.
 """
 from __future__ import annotations
 
-import common  # first: one BLAS thread before numpy loads, and lecture 5's code importable
+import sys
+
+try:   # first: one BLAS thread before numpy loads
+    from lecture06 import common
+except ModuleNotFoundError as missing:   # the course's package is not installed in this Python
+    sys.exit(f"{missing} in {sys.executable}: run `make venv`, then .venv/bin/python {sys.argv[0]}")
 
 import functools
 
 import numpy as np
-import optim
+from lecture06 import optim
 import torch
-import threads
-import torch_ref
-import transformer
-import reviews
-import sentiment_train
-from bag_of_words import BagOfWords
-from tensor import no_grad
+from lecture06 import threads, torch_ref, transformer
+from lecture05 import reviews
+from lecture06 import sentiment_train
+from lecture05.bag_of_words import BagOfWords
+from lecture05.tensor import no_grad
 
 # the Adam steps of the models of parts 2 and 3 (sentiment_train.py: the model and its training)
 STEPS, QUICK_STEPS = 200, 100

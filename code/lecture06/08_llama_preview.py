@@ -15,22 +15,23 @@ city-language models (city_llama.py) at --seeds seeds (default 5) and count each
 """
 from __future__ import annotations
 
-import common  # first: one BLAS thread before numpy loads, and lecture 5's code importable
+import sys
+
+try:   # first: one BLAS thread before numpy loads
+    from lecture06 import common
+except ModuleNotFoundError as missing:   # the course's package is not installed in this Python
+    sys.exit(f"{missing} in {sys.executable}: run `make venv`, then .venv/bin/python {sys.argv[0]}")
 
 import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-import city_lab
-import city_llama
-import llama
-import llama_ref
-import tensor
-import torch_ref
-import transformer
-from city_lab import N_TEST, SEQ_LEN
-from tensor import Tensor, no_grad
+from lecture06 import city_lab, city_llama, llama, llama_ref
+from lecture05 import tensor
+from lecture06 import torch_ref, transformer
+from lecture06.city_lab import N_TEST, SEQ_LEN
+from lecture05.tensor import Tensor, no_grad
 
 # The city model's width and heads (city_train.build_model's defaults, 05's CITY_MODEL)
 CITY_WIDTH = dict(n_embd=64, n_head=4)

@@ -16,7 +16,12 @@ batched float32 GEMM reaches, and the CPU time of the products as a stacked run 
 
     python code/lecture06/bench_city.py [--steps 400] [--repeats 1]
 """
-import common  # first: one BLAS thread before numpy loads, and lecture 5's code importable
+import sys
+
+try:   # first: one BLAS thread before numpy loads
+    from lecture06 import common
+except ModuleNotFoundError as missing:   # the course's package is not installed in this Python
+    sys.exit(f"{missing} in {sys.executable}: run `make venv`, then .venv/bin/python {sys.argv[0]}")
 
 import argparse
 import contextlib
@@ -26,8 +31,7 @@ import time
 
 import torch
 
-import city_lab
-import city_train
+from lecture06 import city_lab, city_train
 
 MODEL = dict(n_layers=6, n_embd=64, n_head=4, pre_ln=False, init="xavier")
 TRAINING = dict(lr=6e-3, warmup=100, batch_size=8, eval_every=None)

@@ -18,7 +18,12 @@ step's time into GEMMs + everything else, with the ratio of each.
 `make bench` runs it; about 20 s of CPU time (--quick: the small size only, fewer repeats, about
 7 s, most of it importing torch).
 """
-import common  # first: one BLAS thread before numpy loads, and lecture 5's code importable
+import sys
+
+try:   # first: one BLAS thread before numpy loads
+    from lecture06 import common
+except ModuleNotFoundError as missing:   # the course's package is not installed in this Python
+    sys.exit(f"{missing} in {sys.executable}: run `make venv`, then .venv/bin/python {sys.argv[0]}")
 
 import math
 import os
@@ -27,10 +32,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-import optim
-import torch_ref
-import transformer
-from threads import torch_threads
+from lecture06 import optim, torch_ref, transformer
+from lecture06.threads import torch_threads
 
 THREADS = int(os.environ["OPENBLAS_NUM_THREADS"])  # threads.py's default, or the caller's setting
 

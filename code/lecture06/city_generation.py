@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-import city_lab
-import transformer
-from tensor import no_grad
+from lecture06 import city_lab, transformer
+from lecture05.tensor import no_grad
 
 # the decoding rules: generate()'s arguments; the sampled ones seeded by the model's seed. Beam
 # search's α only matters where hypotheses differ in length: here every one has n_new tokens (no

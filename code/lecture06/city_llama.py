@@ -22,18 +22,15 @@ LLaMA-2-70B's larger feed-forward does).
 """
 from __future__ import annotations
 
-import threads  # first: one BLAS thread, set before numpy loads
+from lecture06 import threads  # first: one BLAS thread, set before numpy loads
 
 import functools
 
 import numpy as np
 import torch
 
-import city_lab
-import city_train
-import llama_ref
-import runner
-from city_lab import N_TEST, SEQ_LEN, TEST_SEED, V, sample
+from lecture06 import city_lab, city_train, llama_ref, runner
+from lecture06.city_lab import N_TEST, SEQ_LEN, TEST_SEED, V, sample
 
 RUNGS = ("GPT", "+RMSNorm", "+SwiGLU", "+RoPE", "+GQA")
 # the long windows' generator is seeded by [TEST_SEED, LONG_STREAM, length]: no training seed's

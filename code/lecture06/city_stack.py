@@ -34,7 +34,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from city_lab import V
+from lecture06.city_lab import V
 
 def _transposed(w):
     """(E, a, b) -> (E, b, a), a view: products that take an operand transposed read it in place."""

@@ -22,7 +22,7 @@ enforces it for training: a run gives the same bits alone, in a loop or in anoth
 """
 from __future__ import annotations
 
-import threads  # first: one BLAS thread, set before numpy loads
+from lecture06 import threads  # first: one BLAS thread, set before numpy loads
 
 import copy
 import functools
@@ -35,12 +35,9 @@ import torch
 import torch.nn.functional as F
 from torch.optim.adam import adam
 
-import city_stack
-import progress
-import runner
-import torch_ref
-from city_lab import (SEQ_LEN, V, CityBatch, excess_mnats, test_excess_mnats, test_set,
-                      training_batches)
+from lecture06 import city_stack, progress, runner, torch_ref
+from lecture06.city_lab import (SEQ_LEN, V, CityBatch, excess_mnats, test_excess_mnats,
+                                test_set, training_batches)
 
 INITS = ("xavier", "gpt2", "default")
 SCHEDULES = ("constant", "linear", "cosine")

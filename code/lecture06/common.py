@@ -22,7 +22,7 @@ runs) carries ⚙; every other line prints identically on any CPU.
 """
 from __future__ import annotations
 
-import threads  # noqa: F401  (first: one BLAS thread, set before numpy loads)
+from lecture06 import threads  # noqa: F401  (first: one BLAS thread, set before numpy loads)
 
 import argparse
 import dataclasses
@@ -39,10 +39,10 @@ import sys
 import time
 from contextlib import contextmanager
 
-import paths
+from lecture06 import paths
 
 DEFAULT_SEED = 0
-_MISSING = [name for name in ("numpy", "torch", "matplotlib", "tabulate")
+_MISSING = [name for name in ("numpy", "scipy", "torch", "matplotlib", "tabulate")
             if importlib.util.find_spec(name) is None]
 _ADVICE = (f"This Python ({sys.executable}) lacks {', '.join(_MISSING)}. Run `make all` (it builds "
            ".venv from requirements.txt) or run the script with .venv/bin/python.")
@@ -180,8 +180,8 @@ if _MISSING:  # say so now, not in a traceback after half the output
 import numpy as np  # noqa: E402  (the imports follow the check above)
 from tabulate import tabulate  # noqa: E402
 
-import progress  # noqa: E402
-import runner  # noqa: E402
+from lecture06 import progress  # noqa: E402
+from lecture06 import runner  # noqa: E402
 
 TIMER = "⏱"     # a wall-clock time: differs from run to run
 # digits that depend on the CPU's floating-point kernels (float32 training, which of many
@@ -195,7 +195,7 @@ def seed_everything(seed: int, uses_torch: bool = True):
     uses_torch=False leaves torch alone, so a script that never uses it does not pay for importing
     it.
     """
-    import transformer
+    from lecture06 import transformer
     np.random.seed(seed)
     transformer.set_seed(seed)
     if uses_torch:
@@ -633,6 +633,7 @@ def _run_parts(doc: str, parts: dict, args, uses_torch: bool, train_ahead: dict)
             _show_progress(number, len(parts))
             # each part starts from the same state, whether run alone or not
             seed_everything(args.seed, uses_torch)
+            _undecided.clear()   # this part's claims only
             parts[number](args)
             _say_how_to_count_more()
     runner.report_runs_never_asked_for()

@@ -24,8 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-import paths  # noqa: F401  (makes lecture 5's tensor.py importable)
-from tensor import MASK_VALUE, Tensor, check_token_ids, no_grad
+from lecture05.tensor import MASK_VALUE, Tensor, check_token_ids, no_grad
 
 
 class KVCache:

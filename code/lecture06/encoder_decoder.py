@@ -15,11 +15,11 @@ import math
 
 import numpy as np
 
-import paths  # noqa: F401  (makes lecture 5's tensor.py importable)
-import decoding
-from tensor import Tensor, check_token_ids
-from transformer import (Dropout, Embedding, FeedForward, LayerNorm, Module, MultiHeadAttention,
-                         TransformerLayer, check_positions, sinusoidal_positions)
+from lecture05.tensor import Tensor, check_token_ids
+from lecture06 import decoding
+from lecture06.transformer import (Dropout, Embedding, FeedForward, LayerNorm, Module,
+                                   MultiHeadAttention, TransformerLayer, check_positions,
+                                   sinusoidal_positions)
 
 
 class EncoderLayer(TransformerLayer):

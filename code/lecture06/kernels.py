@@ -20,9 +20,8 @@ from contextlib import contextmanager
 
 import numpy as np
 
-import paths  # noqa: F401  (makes lecture 5's tensor.py importable)
-import tensor
-from tensor import DTYPE, MASK_VALUE, Tensor
+from lecture05 import tensor
+from lecture05.tensor import DTYPE, MASK_VALUE, Tensor
 
 
 # ---- the switch ----------------------------------------------------------------------------------

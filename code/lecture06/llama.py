@@ -31,12 +31,11 @@ import math
 
 import numpy as np
 
-import paths  # noqa: F401  (makes lecture 5's tensor.py importable)
-import transformer
-from tensor import Tensor
-from transformer import (Dropout, Embedding, FeedForward, LayerNorm, Linear, Module,
-                         MultiHeadAttention, Parameter, check_sizes, sinusoidal_frequencies,
-                         softmax)
+from lecture06 import transformer
+from lecture05.tensor import Tensor
+from lecture06.transformer import (Dropout, Embedding, FeedForward, LayerNorm, Linear, Module,
+                                   MultiHeadAttention, Parameter, check_sizes,
+                                   sinusoidal_frequencies, softmax)
 
 NORMS = ("layernorm", "rmsnorm")
 FFNS = ("gelu", "swiglu")

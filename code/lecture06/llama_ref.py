@@ -17,12 +17,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import paths  # noqa: F401  (makes lecture 5's tensor.py importable)
-import llama
-import torch_ref
-from tensor import MASK_VALUE
-from torch_ref import DTYPE, Dropout, FeedForward, LayerNorm, Linear
-from transformer import check_pad_mask
+from lecture06 import llama, torch_ref
+from lecture05.tensor import MASK_VALUE
+from lecture06.torch_ref import DTYPE, Dropout, FeedForward, LayerNorm, Linear
+from lecture06.transformer import check_pad_mask
 
 
 class RMSNorm(nn.Module):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-import common
+from lecture06 import common
 
 
 @common.draws_figure

@@ -19,8 +19,7 @@ import os
 import signal
 import sys
 
-import progress
-import threads
+from lecture06 import progress, threads
 
 _results = {}    # key -> a Future (in a worker, or done) or the result computed here
 _ahead = {}      # the keys of runs started by `start`, not yet asked for by a map, in order

@@ -17,17 +17,14 @@ process, with the same bits as here.
 """
 from __future__ import annotations
 
-import threads  # first: one BLAS thread, set before numpy loads
+from lecture06 import threads  # first: one BLAS thread, set before numpy loads
 
 import numpy as np
 
-import paths  # noqa: F401  (makes lecture 5's tensor.py and reviews.py importable)
-import optim
-import progress
-import reviews
-import runner
-import transformer
-from tensor import Tensor
+from lecture06 import optim, progress
+from lecture05 import reviews
+from lecture06 import runner, transformer
+from lecture05.tensor import Tensor
 
 N_EMBD, N_HEAD, P_DROPOUT = 32, 4, 0.1
 LR, BATCH_SIZE = 2e-2, 64   # Adam; the lr decays linearly to 0

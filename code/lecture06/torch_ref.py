@@ -18,11 +18,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import paths  # noqa: F401  (makes lecture 5's tensor.py importable)
 # one mask convention, one encoding, the same checks
-from tensor import MASK_VALUE, check_token_ids
-import transformer
-from transformer import check_pad_mask, check_sizes, sinusoidal_positions
+from lecture05.tensor import MASK_VALUE, check_token_ids
+from lecture06 import transformer
+from lecture06.transformer import check_pad_mask, check_sizes, sinusoidal_positions
 
 DTYPE = torch.float64
 

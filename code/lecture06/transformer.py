@@ -45,9 +45,8 @@ import textwrap
 
 import numpy as np
 
-import paths  # noqa: F401  (makes lecture 5's tensor.py importable)
-import kernels
-from tensor import MASK_VALUE, Tensor, check_token_ids, embedding   # MASK_VALUE: see "Masks" above
+from lecture05.tensor import MASK_VALUE, Tensor, check_token_ids, embedding   # MASK_VALUE: "Masks"
+from lecture06 import kernels
 
 
 # ---- seeds ---------------------------------------------------------------------------------------
@@ -631,7 +630,7 @@ class DecoderLM(Module):
                              "(causal=True)")
         self.check_length("DecoderLM", capacity, f"a KV cache of {capacity} positions",
                           f"ask for at most {self.n_positions}")
-        import decoding   # here, not at the top: the lesson needs no decoding, decoding no model
+        from lecture06 import decoding   # here: the lesson needs no decoding, decoding no model
         return [decoding.KVCache(capacity) for _ in self.layers]
 
     def generate(self, prompt, max_new_tokens: int, **options):
@@ -646,5 +645,5 @@ class DecoderLM(Module):
             decoding.Generation: tokens (B, T), lengths (B,), logits (B, T, n_vocab), n_forward,
             positions_computed, scores (B,); num_beams > 1: finished
         """
-        import decoding   # here, not at the top: the lesson needs no decoding, decoding no model
+        from lecture06 import decoding   # here: the lesson needs no decoding, decoding no model
         return decoding.generate(self, prompt, max_new_tokens, **options)
