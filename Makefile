@@ -68,7 +68,7 @@ seeds: venv  ## every training claim decided over 10 seeds, into figures/seeds_o
 	$(PY) -m pytest -q -p no:xdist -m seeds tests
 
 # Every unmarked line of every full run, as committed: lines that make test's quick runs never print
-check: venv  ## every script in full; its unmarked lines and verdicts must equal figures/NN_output.txt
+check: venv  ## every script in full: its unmarked lines and verdicts as in figures/NN_output.txt
 	$(PY) tests/outputs.py --full
 
 bench: venv  ## time a training step, tensor.py vs PyTorch; a city-language run, lone vs stacked
