@@ -37,7 +37,7 @@ from lecture05.tensor import Tensor, no_grad
 CITY_WIDTH = dict(n_embd=64, n_head=4)
 
 
-# ---- Part 1 · §14, RMSNorm ----------------------------------------------------------------------
+# ---- Part 1 · §14, RMSNorm -----------------------------------------------------------------------
 # Each norm as tensor.py builds it (transformer.py, llama.py) and as its torch twin
 NORMS = {"LayerNorm": (transformer.LayerNorm, torch_ref.LayerNorm),
          "RMSNorm": (llama.RMSNorm, llama_ref.RMSNorm)}
@@ -86,12 +86,6 @@ def tensor_norm_reductions(norm: str, n_rows: int, dim: int, seed: int = 0) -> d
 class KernelLog(TorchDispatchMode):
     """Every ATen op dispatched inside the block, but NOT_KERNELS: (name, input shapes, output
     shapes), forward and backward alike (autograd's backward dispatches its ops too)."""
-
-    @classmethod
-    def _should_skip_dynamo(cls) -> bool:
-        # TorchDispatchMode's own hook (torch 2.13, not a public API): left at its default, the
-        # first op imports torch._dynamo (seconds of CPU) to guard a compilation never made here
-        return False
 
     def __init__(self):
         super().__init__()
@@ -201,7 +195,7 @@ def show_norm_times(args, n_rows: int, dim: int, twins: dict):
                   f"forward and {kernels['LayerNorm'][1]} backward)")
 
 
-# ---- Part 2 · §14, SwiGLU -----------------------------------------------------------------------
+# ---- Part 2 · §14, SwiGLU ------------------------------------------------------------------------
 # Published configurations (each model's params.json / config.json): width, LLaMA's
 # ffn_dim_multiplier and multiple_of, and the hidden size its checkpoint has, to check the rule by.
 # The city model's SwiGLU takes the rule unrounded (llama.SwiGLU's default).
@@ -285,7 +279,69 @@ def print_ffn_flops(rows: list, seed: int):
                 "2 × the matrices' parameters, so at equal parameters SwiGLU costs what GELU costs")
 
 
-# ---- Part 3 · §14, RoPE -------------------------------------------------------------------------
+# ---- The city runs parts 3, 4 and 5 train (city_llama.py) ----------------------------------------
+# one layer, so that 30 runs fit the script's budget (DEVELOPING.md); --quick: a few steps of a toy
+CITY_MODEL, QUICK_MODEL = dict(n_layers=1, **CITY_WIDTH), dict(n_layers=1, n_embd=16, n_head=4)
+STEPS, QUICK_STEPS, LR, BATCH = 160, 8, 3e-3, 8
+GQA_KV_HEADS, CONVERT_TO = 2, (4, 2, 1)   # the +GQA rung's; what the +RoPE rung is pooled to
+UPTRAIN_FRACTION = 0.1   # of the base run's steps (Ainslie et al. uptrain 5%), at its peak lr
+LONGER = (2, 4)                           # the lengths scored, in trained window lengths
+
+
+def trained_runs(args) -> dict:
+    """{name: [city_llama.run's arguments, one per seed]}: the ladder's rungs, and the +SwiGLU
+    rung with sinusoidal positions (part 3's third row). Parts 3, 4 and 5 ask for the same runs:
+    each trains once. A seed draws a run's initial weights and its batches."""
+    size = QUICK_MODEL if args.quick else CITY_MODEL
+    rungs = dict(city_llama.ladder(**size, n_kv_heads=GQA_KV_HEADS))
+    rungs["sinusoidal"] = dict(rungs["+SwiGLU"], positions="sinusoidal", embedding_std=1.0)
+    steps = QUICK_STEPS if args.quick else STEPS
+    scored_longer = dict(long_lengths=[k * SEQ_LEN for k in LONGER],
+                         long_count=16 if args.quick else N_TEST)
+    extras = {"+SwiGLU": scored_longer, "sinusoidal": scored_longer,
+              "+RoPE": dict(scored_longer, convert_to=list(CONVERT_TO), uptrain_lr=LR,
+                            uptrain_steps=max(1, round(UPTRAIN_FRACTION * steps)))}
+    return {name: [dict(model=dict(settings, seed=seed),
+                        training=dict(steps=steps, lr=LR, schedule="linear", batch_size=BATCH,
+                                      eval_every=None, seed=seed), **extras.get(name, {}))
+                   for seed in common.seeds_of(args)]
+            for name, settings in rungs.items()}
+
+
+def trained(args, names) -> dict:
+    """{name: [run results, one per seed]} for the named entries of trained_runs."""
+    plan = trained_runs(args)
+    runs = [run for name in names for run in plan[name]]
+    results = iter(city_llama.run_many(runs))
+    return {name: [next(results) for _ in plan[name]] for name in names}
+
+
+def ahead(*names):
+    """common.main's train_ahead entry for a part that asks for these runs."""
+    return lambda args: city_llama.planned([run for name in names
+                                            for run in trained_runs(args)[name]])
+
+
+def setup_line(args) -> str:
+    first = trained_runs(args)["GPT"][0]
+    size, training = first["model"], first["training"]
+    seeds = common.seeds_of(args)
+    layers = size["n_layers"]
+    return (f"{layers} layer{'s' * (layers > 1)}, d = {size['n_embd']}, {size['n_head']} heads; "
+            f"Adam, {training['steps']} steps of {training['batch_size']} windows × {SEQ_LEN}, lr "
+            f"{training['lr']:g} decaying linearly to 0;\nseed{'s' * (len(seeds) > 1)} "
+            f"{seeds[0]}{f'..{seeds[-1]}' if len(seeds) > 1 else ''} (a seed draws the weights "
+            "and the batches)")
+
+
+def spread(values) -> str:
+    """The median of a row of seeds, and their range when there are several."""
+    if len(values) == 1:
+        return f"{values[0]:.0f}"
+    return f"{np.median(values):.0f} ({min(values):.0f}–{max(values):.0f})"
+
+
+# ---- Part 3 · §14, RoPE --------------------------------------------------------------------------
 def show_rope(args):
     common.header(3, __doc__)
     show_rope_relative(args)
@@ -421,7 +477,35 @@ def draw_rope_relative(r: dict, figures_dir):
     common.save_figure(fig, "08_rope_relative", figures_dir)
 
 
-# ---- Part 4 · §14, GQA --------------------------------------------------------------------------
+def show_extrapolation(args):
+    runs = trained(args, ("+SwiGLU", "sinusoidal", "+RoPE"))
+    lengths = [k * SEQ_LEN for k in LONGER]
+    common.note(f"\nLength extrapolation: trained on windows of {SEQ_LEN} targets, scored on "
+                f"fresh windows of {' and '.join(map(str, lengths))}\n(the bound is exact at any "
+                "length). Part 5's +SwiGLU rung with three kinds of positions:\n"
+                f"{setup_line(args)}.\nTest excess over the bound, mnat/token, median "
+                "(range) over seeds:")
+    names = {"+SwiGLU": "learned", "sinusoidal": "sinusoidal ×", "+RoPE": "RoPE"}
+    rows = [[names[name]] + [spread([r["excess"] for r in results])]
+            + [spread([r["long_excess"][n] for r in results]) if results[0]["long_excess"]
+               else "refuses" for n in lengths] for name, results in runs.items()]
+    common.table(rows, ["positions", f"at {SEQ_LEN} (trained)"]
+                 + [f"at {n} ({n // SEQ_LEN}× the trained)" for n in lengths],
+                  disable_numparse=True, kernel_dependent=True)
+    common.note(f"learned refuses: {runs['+SwiGLU'][0]['refusal']}\n"
+                "× sinusoidal: embeddings drawn N(0, 1), not 0.02, or the ±1 table drowns the "
+                "tokens")
+    longest = lengths[-1]
+    common.count_line(f"at {longest}, RoPE's excess is below sinusoidal's",
+                      [s["long_excess"][longest] - r["long_excess"][longest]
+                       for s, r in zip(runs["sinusoidal"], runs["+RoPE"])],
+                      "mnat/token (sinusoidal's − RoPE's)")
+    common.count_line(f"RoPE's excess at {longest} is above its excess at {SEQ_LEN}",
+                      [r["long_excess"][longest] - r["excess"] for r in runs["+RoPE"]],
+                      f"mnat/token (at {longest} − at {SEQ_LEN})")
+
+
+# ---- Part 4 · §14, GQA ---------------------------------------------------------------------------
 def show_gqa(args):
     common.header(4, __doc__)
     show_kv_cache(args)
@@ -527,96 +611,6 @@ def draw_kv_cache(runs: list, big: list, n_head: int, figures_dir):
     common.save_figure(fig, "08_kv_cache", figures_dir)
 
 
-# ---- Trained parts: part 3's extrapolation, part 4's conversion, part 5's ladder ----------------
-# one layer, so that 30 runs fit the script's budget (DEVELOPING.md); --quick: a few steps of a toy
-CITY_MODEL, QUICK_MODEL = dict(n_layers=1, **CITY_WIDTH), dict(n_layers=1, n_embd=16, n_head=4)
-STEPS, QUICK_STEPS, LR, BATCH = 160, 8, 3e-3, 8
-GQA_KV_HEADS, CONVERT_TO = 2, (4, 2, 1)   # the +GQA rung's; what the +RoPE rung is pooled to
-UPTRAIN_FRACTION = 0.1   # of the base run's steps (Ainslie et al. uptrain 5%), at its peak lr
-LONGER = (2, 4)                           # the lengths scored, in trained window lengths
-
-
-def trained_runs(args) -> dict:
-    """{name: [city_llama.run's arguments, one per seed]}: the ladder's rungs, and the +SwiGLU
-    rung with sinusoidal positions (part 3's third row). Parts 3, 4 and 5 ask for the same runs:
-    each trains once. A seed draws a run's initial weights and its batches."""
-    size = QUICK_MODEL if args.quick else CITY_MODEL
-    rungs = dict(city_llama.ladder(**size, n_kv_heads=GQA_KV_HEADS))
-    rungs["sinusoidal"] = dict(rungs["+SwiGLU"], positions="sinusoidal", embedding_std=1.0)
-    steps = QUICK_STEPS if args.quick else STEPS
-    scored_longer = dict(long_lengths=[k * SEQ_LEN for k in LONGER],
-                         long_count=16 if args.quick else N_TEST)
-    extras = {"+SwiGLU": scored_longer, "sinusoidal": scored_longer,
-              "+RoPE": dict(scored_longer, convert_to=list(CONVERT_TO), uptrain_lr=LR,
-                            uptrain_steps=max(1, round(UPTRAIN_FRACTION * steps)))}
-    return {name: [dict(model=dict(settings, seed=seed),
-                        training=dict(steps=steps, lr=LR, schedule="linear", batch_size=BATCH,
-                                      eval_every=None, seed=seed), **extras.get(name, {}))
-                   for seed in common.seeds_of(args)]
-            for name, settings in rungs.items()}
-
-
-def trained(args, names) -> dict:
-    """{name: [run results, one per seed]} for the named entries of trained_runs."""
-    plan = trained_runs(args)
-    runs = [run for name in names for run in plan[name]]
-    results = iter(city_llama.run_many(runs))
-    return {name: [next(results) for _ in plan[name]] for name in names}
-
-
-def ahead(*names):
-    """common.main's train_ahead entry for a part that asks for these runs."""
-    return lambda args: city_llama.planned([run for name in names
-                                            for run in trained_runs(args)[name]])
-
-
-def setup_line(args) -> str:
-    first = trained_runs(args)["GPT"][0]
-    size, training = first["model"], first["training"]
-    seeds = common.seeds_of(args)
-    layers = size["n_layers"]
-    return (f"{layers} layer{'s' * (layers > 1)}, d = {size['n_embd']}, {size['n_head']} heads; "
-            f"Adam, {training['steps']} steps of {training['batch_size']} windows × {SEQ_LEN}, lr "
-            f"{training['lr']:g} decaying linearly to 0;\nseed{'s' * (len(seeds) > 1)} "
-            f"{seeds[0]}{f'..{seeds[-1]}' if len(seeds) > 1 else ''} (a seed draws the weights "
-            "and the batches)")
-
-
-def spread(values) -> str:
-    """The median of a row of seeds, and their range when there are several."""
-    if len(values) == 1:
-        return f"{values[0]:.0f}"
-    return f"{np.median(values):.0f} ({min(values):.0f}–{max(values):.0f})"
-
-
-def show_extrapolation(args):
-    runs = trained(args, ("+SwiGLU", "sinusoidal", "+RoPE"))
-    lengths = [k * SEQ_LEN for k in LONGER]
-    common.note(f"\nLength extrapolation: trained on windows of {SEQ_LEN} targets, scored on "
-                f"fresh windows of {' and '.join(map(str, lengths))}\n(the bound is exact at any "
-                "length). Part 5's +SwiGLU rung with three kinds of positions:\n"
-                f"{setup_line(args)}.\nTest excess over the bound, mnat/token, median "
-                "(range) over seeds:")
-    names = {"+SwiGLU": "learned", "sinusoidal": "sinusoidal ×", "+RoPE": "RoPE"}
-    rows = [[names[name]] + [spread([r["excess"] for r in results])]
-            + [spread([r["long_excess"][n] for r in results]) if results[0]["long_excess"]
-               else "refuses" for n in lengths] for name, results in runs.items()]
-    common.table(rows, ["positions", f"at {SEQ_LEN} (trained)"]
-                 + [f"at {n} ({n // SEQ_LEN}× the trained)" for n in lengths],
-                  disable_numparse=True, kernel_dependent=True)
-    common.note(f"learned refuses: {runs['+SwiGLU'][0]['refusal']}\n"
-                "× sinusoidal: embeddings drawn N(0, 1), not 0.02, or the ±1 table drowns the "
-                "tokens")
-    longest = lengths[-1]
-    common.count_line(f"at {longest}, RoPE's excess is below sinusoidal's",
-                      [s["long_excess"][longest] - r["long_excess"][longest]
-                       for s, r in zip(runs["sinusoidal"], runs["+RoPE"])],
-                      "mnat/token (sinusoidal's − RoPE's)")
-    common.count_line(f"RoPE's excess at {longest} is above its excess at {SEQ_LEN}",
-                      [r["long_excess"][longest] - r["excess"] for r in runs["+RoPE"]],
-                      f"mnat/token (at {longest} − at {SEQ_LEN})")
-
-
 def show_gqa_conversion(args):
     runs = trained(args, ("+RoPE",))["+RoPE"]
     first = trained_runs(args)["+RoPE"][0]
@@ -649,6 +643,7 @@ def show_gqa_conversion(args):
                           f"mnat/token ({n_kv}'s − the control's)")
 
 
+# ---- Part 5 · §14, the ladder --------------------------------------------------------------------
 def show_ladder(args):
     common.header(5, __doc__)
     plan = trained_runs(args)
