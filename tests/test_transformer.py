@@ -377,7 +377,7 @@ def test_printing_a_model_shows_its_tree_of_sub_modules_with_their_sizes_as_torc
         "  (layers.0): " + layer.replace("\n", "\n  ") + "\n"
         "  (ln): LayerNorm(dim=4, eps=1e-05)\n"
         ")")
-    assert repr(transformer.Linear(D, V, bias=False)) == "Linear(in_size=4, out_size=5, bias=None)"
+    assert repr(transformer.Linear(D, V, bias=False)) == "Linear(in_size=4, out_size=5, bias=False)"
 
 
 # ---- positions -----------------------------------------------------------------------------------

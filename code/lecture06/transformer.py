@@ -271,9 +271,11 @@ class Module:
 
     def __repr__(self) -> str:
         """As torch prints a module: the constructor's arguments it keeps as attributes (sizes and
-        switches; None: bias=None is no bias), then a line per sub-module, indented: the tree."""
+        switches; a switch kept as None, bias, prints False), then its sub-modules, indented."""
         arguments = inspect.signature(type(self).__init__).parameters
-        settings = ", ".join(f"{name}={value!r}" for name, value in vars(self).items()
+        off = {name for name, argument in arguments.items() if argument.default is True}
+        settings = ", ".join(f"{name}={False if value is None and name in off else value!r}"
+                             for name, value in vars(self).items()
                              if name in arguments and isinstance(value, PLAIN_SETTINGS))
         children = [f"({name}): {child!r}" for name, child in self.named_children()]
         if not children:
@@ -492,8 +494,7 @@ ACTIVATIONS = ("gelu", "relu")
 class FeedForward(Module):
     """linear_out(act(linear_in(x))), middle_dim = 4·n_embd by default (notes §5.1).
 
-    activation: "gelu" (tanh GELU: GPT-2, HW3; the default) or "relu" (the 2017 paper, torch.nn's
-    default).
+    activation: "gelu" (tanh GELU: GPT-2, HW3; the default) or "relu" (the 2017 paper, torch's).
     """
 
     def __init__(self, n_embd: int, middle_dim: int | None = None, p_dropout: float = 0.1,
