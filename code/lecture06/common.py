@@ -464,7 +464,7 @@ def _say_how_to_count_more():
     if _undecided:
         kernel_note(f"No clear difference at {max(_undecided)} seeds is not no difference: "
                     f"--seeds {max(20, 2 * max(_undecided))} counts more (figures/seeds_output.txt "
-                    "holds every claim at 10 seeds).")
+                    "decides every claim at 10 seeds).")
         _undecided.clear()
 
 
