@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections import Counter
 from fractions import Fraction
 
 import numpy as np
@@ -44,7 +45,8 @@ def fusion_switch(path: str):
 
 def layer_traffic(layer, x: np.ndarray, path: str) -> dict:
     """One Pre-LN layer's forward and backward under `path`, counted by tensor.py: launches (every
-    primitive call, and those that move memory), bytes moved, FLOPs, bytes saved for backward.
+    primitive call, and those that move memory, in all and by primitive), bytes moved, FLOPs, bytes
+    saved for backward.
     A contiguous() that finds its input contiguous already is a call but no launch: it moves
     nothing."""
     inputs = Tensor(x, requires_grad=True)
@@ -59,8 +61,11 @@ def layer_traffic(layer, x: np.ndarray, path: str) -> dict:
     row = dict(path=path, saved=saved)
     for direction, traffic in (("forward", forward), ("backward", backward)):
         row[f"{direction}_calls"] = traffic.total("launches")
-        row[f"{direction}_moving"] = sum(n for (d, kind), n in traffic.launches.items()
-                                         if kind not in tensor.MOVES_NOTHING[d])
+        # the launches that move memory, by primitive (09 part 1 sorts torch's kernels the same way)
+        row[f"{direction}_by_primitive"] = Counter({
+            kind: n for (d, kind), n in traffic.launches.items()
+            if kind not in tensor.MOVES_NOTHING[d]})
+        row[f"{direction}_moving"] = row[f"{direction}_by_primitive"].total()
         row[f"{direction}_bytes"] = traffic.total("bytes")
         row[f"{direction}_flops"] = traffic.total("flops")
     # tensor.py charges every contiguous() call a launch that reads and writes its array; one that
@@ -68,6 +73,7 @@ def layer_traffic(layer, x: np.ndarray, path: str) -> dict:
     # contiguous() returns its input there): the flash core writes the heads merged
     for node in copies_nothing:
         row["forward_moving"] -= 1
+        row["forward_by_primitive"]["contiguous"] -= 1
         row["forward_bytes"] -= node._parents[0].data.nbytes + node.data.nbytes
     return row
 
@@ -104,6 +110,11 @@ def fusion_counts_from_shapes(d: int, h: int, S: int, sample_lengths=(2, 4, 6),
             if key == "path":
                 continue
             values = [r[key] for r in per_length]
+            if isinstance(values[0], Counter):   # launches by primitive: the same at every S
+                if any(value != values[0] for value in values):
+                    raise ArithmeticError(f"{row['path']}: {key} depends on S: {values}")
+                row[key] = values[0]
+                continue
             if extrapolate_quadratic(sample_lengths, values[:-1], check_length) != values[-1]:
                 raise ArithmeticError(f"{row['path']}: {key} is not quadratic in S: "
                                       f"{dict(zip(lengths, values))}")
