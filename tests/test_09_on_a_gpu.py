@@ -75,13 +75,13 @@ def test_the_model_launches_are_03_part_7s_sorted_by_kind(fresh):
     for row in fresh.model_rows():
         for direction in ("forward", "backward"):
             assert model[row["path"]][direction].total() == row[f"{direction}_moving"]
-    elementwise = dict(elementwise=8)
     assert model["composed"]["forward"] == Counter(matmul=8, reduction=6, copy=1, elementwise=45)
     assert model["composed"]["backward"] == Counter(matmul=8, reduction=5, elementwise=45)
-    fused = Counter({"matmul": 8, "softmax": 1, "layer norm": 2, "gelu": 1, **elementwise})
+    fused = Counter({"matmul": 8, "softmax": 1, "layer norm": 2, "gelu": 1, "elementwise": 8})
     assert model["fused"]["forward"] == fused + Counter(copy=1)
     assert model["fused"]["backward"] == fused
-    flash = Counter({"matmul": 6, "attention core": 1, "layer norm": 2, "gelu": 1, **elementwise})
+    flash = Counter({"matmul": 6, "attention core": 1, "layer norm": 2, "gelu": 1,
+                     "elementwise": 8})
     assert model["fused + flash"]["forward"] == model["fused + flash"]["backward"] == flash
 
 
@@ -427,7 +427,8 @@ def test_on_a_gpu_the_profiler_counts_kernels_and_the_allocator_agrees_with_the_
     kept = m.kept_for_backward(lambda: m.layer_forward(layer, x, "fused", mask),
                                layer.parameters(), "cuda", inputs=(x,))
     assert kept["elements"] == costs.exact_saved_floats(S, d, h)
-    assert 0 <= kept["allocator"] - kept["bytes"] <= 512 * 20   # the allocator's 512-byte blocks
+    # each storage a block of the allocator's, rounded up to 512 bytes (and split only past 512)
+    assert 0 <= kept["allocator"] - kept["bytes"] < 32 * 1024
 
 
 @CUDA

@@ -396,10 +396,11 @@ def print_measured_launches(model: dict, headers: list, limits: Limits):
     measured = {path: {direction: by_kind(names, kernel_kind) for direction, names
                        in path_kernels(layer, x, path, mask, gradient, limits.device).items()}
                 for path in costs.FUSION_PATHS}
-    _measured["launches"] = {p: sum(k.total() for k in m.values()) for p, m in measured.items()}
-    if not any(_measured["launches"].values()):
+    totals = {path: sum(k.total() for k in m.values()) for path, m in measured.items()}
+    if not any(totals.values()):
         common.kernel_note("torch.profiler recorded no CUDA kernel here (is CUPTI installed?)")
         return
+    _measured["launches"] = totals
     common.kernel_note("measured on this GPU: every kernel, memset and memcpy torch.profiler "
                        "records in one forward, then one backward, after a warm-up step")
     measured_table(launch_rows(measured), headers)
