@@ -8,7 +8,7 @@ TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 VENV   := .venv
 PY     := $(VENV)/bin/python
 TIMED  := figures/timed
-SCRIPTS := $(sort $(wildcard code/lecture06/0[1-8]_*.py))
+SCRIPTS := $(sort $(wildcard code/lecture06/0[1-9]_*.py))
 
 .PHONY: all test seeds check figures bench golden venv clean help
 
@@ -28,11 +28,11 @@ venv:  ## make .venv (only); make venv PYTHON=python3.12 makes it again with tha
 
 # figures/NN_output.txt (committed) is the script's output without its ⏱ lines, the wall-clock times
 # that differ on every run; the full output, ⏱ lines included, goes to figures/timed/NN_output.txt
-# (not committed). 01, 02, 03 and 06 compute in one process: they run two at a time, a core each
+# (not committed). 01, 02, 03, 06 and 09 compute in one process: they run two at a time, a core each
 # (their ⏱ lines timed with no other process on their core); 04, 05, 07 and 08 train on every core,
 # so they run one at a time. One at a time throughout took 187 s on 2 cores (DEVELOPING.md).
 RUNS := $(SCRIPTS:code/lecture06/%.py=run-%)
-ONE_PROCESS := $(filter run-01_% run-02_% run-03_% run-06_%,$(RUNS))
+ONE_PROCESS := $(filter run-01_% run-02_% run-03_% run-06_% run-09_%,$(RUNS))
 .PHONY: $(RUNS)
 # "NN done in X s" after each script; under make all also the time left, from when each script
 # finished in the last complete make all here (tools/make_clock.py keeps them in $(TIMED))

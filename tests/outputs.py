@@ -31,7 +31,7 @@ import tempfile
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 GOLDEN = os.path.join(ROOT, "tests", "golden")
-SCRIPTS = sorted(glob.glob(os.path.join(ROOT, "code", "lecture06", "0[1-8]_*.py")))
+SCRIPTS = sorted(glob.glob(os.path.join(ROOT, "code", "lecture06", "0[1-9]_*.py")))
 PRELOADED = os.path.join(ROOT, "tests", "preloaded.py")
 TIMER, KERNELS = "⏱", "⚙"
 TIMEOUT = 300   # seconds for one quick run

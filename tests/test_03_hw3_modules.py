@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from lecture06 import common
+from lecture06 import common, costs
 from lecture05 import tensor
 from lecture06 import transformer
 from conftest import load_script
@@ -324,7 +324,7 @@ def test_script_runs_every_part_draws_and_repeats_its_kernel_digits(capsys, tmp_
 def test_fusion_counts_from_shapes_equal_a_real_run():
     """The quadratic-in-S extrapolation from S = 2, 4, 6 (checked at 8) gives exactly what a run at
     S = 13 counts."""
-    assert s03.fusion_counts_from_shapes(12, 3, 13) == s03.fusion_counts(12, 3, 13)
+    assert costs.fusion_counts_from_shapes(12, 3, 13) == costs.fusion_counts(12, 3, 13)
 
 
 def traffic_formulas(S: int, d: int, h: int) -> dict:
@@ -390,7 +390,7 @@ def traffic_formulas(S: int, d: int, h: int) -> dict:
 
 @pytest.mark.parametrize("S,d,h", [(10, 16, 4), (7, 12, 3), (5, 8, 2)])
 def test_fusion_launches_flops_and_bytes(S, d, h):
-    composed, fused, flash = s03.fusion_counts(d, h, S)
+    composed, fused, flash = costs.fusion_counts(d, h, S)
     assert ((composed["forward_calls"], fused["forward_calls"], flash["forward_calls"])
             == (68, 29, 27))
     # the flash path's contiguous() finds the heads merged already: a call, no launch
@@ -413,10 +413,10 @@ def test_part7_prints_the_counts_of_gpt2_smalls_layer_by_their_formulas(capsys):
     """Every byte count part 7 prints, at d = 768, h = 12, S = 1024, from traffic_formulas."""
     s03.show_fusion(argparse.Namespace(quick=True, seed=0, figures=None))
     out = capsys.readouterr().out
-    d, h, S = (s03.GPT2_LAYER[k] for k in ("d", "h", "S"))
+    d, h, S = (costs.GPT2_LAYER[k] for k in ("d", "h", "S"))
     formulas, mib = traffic_formulas(S, d, h), 2 ** 20 / 8
     printed = {line.split("  ")[0]: line.split()[-10:] for line in out.splitlines()
-               if line.startswith(s03.FUSION_PATHS)}
+               if line.startswith(costs.FUSION_PATHS)}
     for path, f in formulas.items():
         moved = [f["forward"] / mib, f["backward"] / mib, (f["forward"] + f["backward"]) / mib]
         assert printed[path][4:7] == [f"{x:,.0f}" for x in moved], path
@@ -433,11 +433,11 @@ def test_a_contiguous_call_that_copies_nothing_is_found_and_one_that_copies_is_n
     x = tensor.Tensor(np.ones((2, 3, 4)), requires_grad=True)
     merged = x.permute(1, 0, 2).permute(1, 0, 2).contiguous()       # back in order: no copy
     copied = x.permute(1, 0, 2).contiguous()                        # a real copy
-    assert s03.contiguous_calls_that_copy_nothing(merged.sum()) == [merged]
-    assert s03.contiguous_calls_that_copy_nothing(copied.sum()) == []
+    assert costs.contiguous_calls_that_copy_nothing(merged.sum()) == [merged]
+    assert costs.contiguous_calls_that_copy_nothing(copied.sum()) == []
 
 
 def test_fusion_path_names_are_checked():
     with pytest.raises(ValueError, match="unknown path 'flash'; choose one of composed, fused, "
                                          "fused \\+ flash"):
-        s03._fusion_switch("flash")
+        costs.fusion_switch("flash")

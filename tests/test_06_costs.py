@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from lecture06 import common, transformer
+from lecture06 import common, costs, transformer
 from conftest import load_script
 
 s06 = load_script("06_costs")
@@ -104,7 +104,7 @@ def test_formulas_against_three_counters(cfg, seq_len):
     assert s06.count_parameters(s06.meta_model(**cfg)) == formula
     ours = transformer.DecoderLM(**cfg, p_dropout=0.0)
     assert ours.num_parameters() == sum(formula.values())
-    flops = s06.flop_formula(seq_len=seq_len, **cfg)
+    flops = costs.flop_formula(seq_len=seq_len, **cfg)
     counted = s06.count_flops(s06.meta_model(**cfg), seq_len)
     assert {k: counted[k] for k in flops} == flops
     assert counted["total (counter)"] == sum(flops.values())
@@ -159,7 +159,7 @@ def test_llama_attention_share():
 
 
 def test_attention_flop_share_at_d_256():                                       # S8.3-h
-    shares = [s06._attention_share(s06.flop_formula(n_embd=256, seq_len=S))
+    shares = [costs.attention_share(costs.flop_formula(n_embd=256, seq_len=S))
               for S in (128, 512, 2048)]
     for share, quoted in zip(shares, (8, 25, 57)):
         assert abs(100 * share - quoted) <= 0.5
@@ -274,13 +274,13 @@ def test_flash_memory_exactly_and_the_fits():
 # ---- part 7 · Korthikanti et al. (2022) beside the measurement
 @pytest.mark.parametrize("s,b,h,a", [(128, 1, 64, 4), (2048, 8, 12288, 96), (7, 3, 10, 5)])
 def test_korthikanti_terms_add_up_to_their_blocks_and_their_formula(s, b, h, a):
-    terms = s06.korthikanti_terms(s, b, h, a)
+    terms = costs.korthikanti_terms(s, b, h, a)
     block = lambda name: sum(t["their_bytes"] for t in terms if t["block"] == name)  # noqa: E731
     assert block("attention") == 11 * s * b * h + 5 * a * s * s * b
     assert block("MLP") == 19 * s * b * h
     assert block("LayerNorms") == 4 * s * b * h
     total = sum(t["their_bytes"] for t in terms)
-    assert total == s06.korthikanti_bytes(s, b, h, a)
+    assert total == costs.korthikanti_bytes(s, b, h, a)
     assert Fraction(total) == s * b * h * (34 + Fraction(5 * a * s, h))    # as the paper writes it
     # in elements: 18·s·b·h activations (3 of them masks) and 3·a·s²·b
     assert sum(t["elements"] for t in terms) == 18 * s * b * h + 3 * a * s * s * b
@@ -292,16 +292,16 @@ def test_korthikanti_terms_add_up_to_their_blocks_and_their_formula(s, b, h, a):
 def test_torch_keeps_every_term_of_the_formula_element_for_element(S, d, h):
     """Each storage the layer keeps is named by one of the formula's terms (or the LayerNorms'
     statistics) and holds the term's elements; float32 4 bytes each, bfloat16 2, masks included."""
-    terms = s06.korthikanti_terms(S, 1, d, h)
+    terms = costs.korthikanti_terms(S, 1, d, h)
     for dtype, size in ((torch.float32, 4), (torch.bfloat16, 2)):
-        r = s06.saved_by_term(S, d, h, p_dropout=0.1, dtype=dtype)
+        r = costs.saved_by_term(S, d, h, p_dropout=0.1, dtype=dtype)
         assert r["unnamed"] == []
         expected = {t["term"]: [t["elements"], size * t["elements"]] for t in terms}
-        expected[s06.LAYER_NORM_STATISTICS] = [4 * S, size * 4 * S]
+        expected[costs.LAYER_NORM_STATISTICS] = [4 * S, size * 4 * S]
         assert r["by_term"] == expected, dtype
     # the same storages as part 4 counts, in total
-    assert sum(n for n, _ in s06.saved_by_term(S, d, h)["by_term"].values()) == (
-        s06.exact_saved_floats(S, d, h, p_dropout=0.1))
+    assert sum(n for n, _ in costs.saved_by_term(S, d, h)["by_term"].values()) == (
+        costs.exact_saved_floats(S, d, h, p_dropout=0.1))
 
 
 def test_part7_prints_the_formula_beside_the_measurement(capsys):

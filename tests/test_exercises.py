@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from lecture06 import optim, transformer
+from lecture06 import costs, optim, transformer
 from conftest import load_script
 from lecture05.tensor import Tensor
 
@@ -61,7 +61,7 @@ def test_ex5_layer_parameters_d1024():
 
 
 def test_ex6_gpt2_small_at_n_4608():
-    flops = load_script("06_costs").flop_formula(n_embd=768, seq_len=4608)
+    flops = costs.flop_formula(n_embd=768, seq_len=4608)
     per_token = {name: value / 4608 for name, value in flops.items()}
     attention = per_token["attention (QKᵀ, AV)"]
     rest = per_token["QKV projections"] + per_token["W_O"] + per_token["FFN"]

@@ -21,9 +21,9 @@ COMPREHENSIONS = {"<genexpr>", "<listcomp>", "<dictcomp>", "<setcomp>"}
 
 
 def test_the_numbered_scripts_are_found():
-    assert SCRIPTS[:8] == ["01_attention", "02_positions", "03_hw3_modules",
-                           "04_residual_layernorm", "05_training_recipe", "06_costs",
-                           "07_sentiment", "08_llama_preview"]
+    assert SCRIPTS == ["01_attention", "02_positions", "03_hw3_modules",
+                       "04_residual_layernorm", "05_training_recipe", "06_costs",
+                       "07_sentiment", "08_llama_preview", "09_on_a_gpu"]
 
 
 @pytest.mark.parametrize("name", SCRIPTS)

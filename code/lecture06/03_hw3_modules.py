@@ -32,16 +32,14 @@ try:   # first: one BLAS thread before numpy loads
 except ModuleNotFoundError as missing:   # the course's package is not installed in this Python
     sys.exit(f"{missing} in {sys.executable}: run `make venv`, then .venv/bin/python {sys.argv[0]}")
 
-import contextlib
 import math
 from collections import Counter
-from fractions import Fraction
 
 
 import numpy as np
 import torch
 
-from lecture06 import encoder_decoder, kernels
+from lecture06 import costs, encoder_decoder
 from lecture05 import tensor
 from lecture06 import torch_ref, transformer
 from lecture05.tensor import Tensor
@@ -760,99 +758,6 @@ def print_torch_nn_parity(results: list, size: dict):
 
 
 # ---- Part 7 · §8.4 continued, beyond the notes: what fusion buys ---------------------------
-FUSION_PATHS = ("composed", "fused", "fused + flash")
-GPT2_LAYER = dict(d=768, h=12, S=1024)  # the notes' shapes: GPT-2 small's layer at its full context
-
-
-def _fusion_switch(path: str):
-    """The context that selects a path: composed primitives, fused ones, or fused + flash core."""
-    if path not in FUSION_PATHS:
-        raise ValueError(f"unknown path {path!r}; choose one of {', '.join(FUSION_PATHS)}")
-    if path == "composed":
-        return contextlib.nullcontext()
-    return kernels.fused(flash=path == "fused + flash", block_size=64)
-
-
-def layer_traffic(layer, x: np.ndarray, path: str) -> dict:
-    """One Pre-LN layer's forward and backward under `path`, counted by tensor.py: launches (every
-    primitive call, and those that move memory), bytes moved, FLOPs, bytes saved for backward.
-    A contiguous() that finds its input contiguous already is a call but no launch: it moves
-    nothing."""
-    inputs = Tensor(x, requires_grad=True)
-    with _fusion_switch(path):
-        with tensor.count_traffic() as forward:
-            out = layer(inputs)
-        saved = tensor.saved_bytes(out, exclude=layer.parameters())
-        copies_nothing = contiguous_calls_that_copy_nothing(out)
-        with tensor.count_traffic() as backward:
-            out.backward(np.ones(out.shape))
-    layer.zero_grad()
-    row = dict(path=path, saved=saved)
-    for direction, traffic in (("forward", forward), ("backward", backward)):
-        row[f"{direction}_calls"] = traffic.total("launches")
-        row[f"{direction}_moving"] = sum(n for (d, kind), n in traffic.launches.items()
-                                         if kind not in tensor.MOVES_NOTHING[d])
-        row[f"{direction}_bytes"] = traffic.total("bytes")
-        row[f"{direction}_flops"] = traffic.total("flops")
-    # tensor.py charges every contiguous() call a launch that reads and writes its array; one that
-    # finds its input contiguous already hands back the same array, so nothing ran (torch's
-    # contiguous() returns its input there): the flash core writes the heads merged
-    for node in copies_nothing:
-        row["forward_moving"] -= 1
-        row["forward_bytes"] -= node._parents[0].data.nbytes + node.data.nbytes
-    return row
-
-
-def contiguous_calls_that_copy_nothing(out: Tensor) -> list[Tensor]:
-    """The contiguous() results in out's graph that are their input's own array, not a copy."""
-    return [node for node in tensor.graph(out)
-            if node._op == "contiguous" and node.data is node._parents[0].data]
-
-
-def fusion_counts(d: int, h: int, S: int, B: int = 1, seed: int = 0, layer=None) -> list[dict]:
-    """layer_traffic for the three paths, run at (B, S, d) (on `layer` if given: built once)."""
-    if layer is None:
-        transformer.set_seed(seed)
-        layer = transformer.TransformerLayer(d, h, p_dropout=0.0)
-    x = np.random.default_rng(seed).standard_normal((B, S, d))
-    return [layer_traffic(layer, x, path) for path in FUSION_PATHS]
-
-
-def fusion_counts_from_shapes(d: int, h: int, S: int, sample_lengths=(2, 4, 6),
-                              check_length: int = 8, seed: int = 0) -> list[dict]:
-    """fusion_counts at (1, S, d) without computing at S. At fixed d and h every count is
-    c₂·S² + c₁·S + c₀ (each array's size is S·(something), S²·h or free of S; launches do not
-    depend on S), so three small runs fix c₂, c₁, c₀ exactly (in integers), and the polynomial
-    gives S. A fourth run, at check_length, must agree (tests check a larger S against a run)."""
-    lengths = (*sample_lengths, check_length)
-    transformer.set_seed(seed)
-    layer = transformer.TransformerLayer(d, h, p_dropout=0.0)   # counts don't depend on the weights
-    runs = [fusion_counts(d, h, n, seed=seed, layer=layer) for n in lengths]
-    rows = []
-    for per_length in zip(*runs):
-        row = dict(path=per_length[0]["path"])
-        for key in per_length[0]:
-            if key == "path":
-                continue
-            values = [r[key] for r in per_length]
-            if _extrapolate(sample_lengths, values[:-1], check_length) != values[-1]:
-                raise ArithmeticError(f"{row['path']}: {key} is not quadratic in S: "
-                                      f"{dict(zip(lengths, values))}")
-            row[key] = _extrapolate(sample_lengths, values[:-1], S)
-        rows.append(row)
-    return rows
-
-
-def _extrapolate(xs, ys, x) -> int:
-    """The quadratic through (xs, ys) at x in exact fractions (Lagrange): an integer or an error."""
-    value = sum(Fraction(y) * math.prod(Fraction(x - xj, xi - xj) for xj in xs if xj != xi)
-                for xi, y in zip(xs, ys))
-    if value.denominator != 1:
-        raise ArithmeticError(f"counts at S = {xs} ({ys}) are not a quadratic in S with integer "
-                              f"values")
-    return int(value)
-
-
 def fusion_times(d: int, h: int, S: int, repeats: int = 5, seed: int = 0) -> dict:
     """⏱ median wall-clock seconds of one forward + backward of the layer per path."""
     transformer.set_seed(seed)
@@ -860,18 +765,18 @@ def fusion_times(d: int, h: int, S: int, repeats: int = 5, seed: int = 0) -> dic
     x = np.random.default_rng(seed).standard_normal((1, S, d))
 
     def step(path):
-        with _fusion_switch(path):
+        with costs.fusion_switch(path):
             layer(Tensor(x, requires_grad=True)).sum().backward()
         layer.zero_grad()
     return {path: common.median_time(lambda: step(path), repeats, warmup=1)[0]
-            for path in FUSION_PATHS}
+            for path in costs.FUSION_PATHS}
 
 
 def show_fusion(args):
-    big = GPT2_LAYER
+    big = costs.GPT2_LAYER
     small = dict(d=128, h=4, S=128) if args.quick else dict(d=256, h=4, S=256)
     common.header(7, __doc__)
-    rows = fusion_counts_from_shapes(big["d"], big["h"], big["S"], seed=args.seed)
+    rows = costs.fusion_counts_from_shapes(big["d"], big["h"], big["S"], seed=args.seed)
     print_fusion_counts(rows, big)
     print_fusion_times(fusion_times(small["d"], small["h"], small["S"], seed=args.seed), small)
     draw_fusion(rows, big, args.figures)
@@ -898,7 +803,7 @@ def print_fusion_counts(rows: list[dict], big: dict):
                           "fwd MiB moved", "bwd MiB moved", "total MiB", "fwd GFLOP",
                           "bwd GFLOP", "MiB saved for bwd"],
                  disable_numparse=True)
-    composed, fused_row, flash = (by_path[p] for p in FUSION_PATHS)
+    composed, fused_row, flash = (by_path[p] for p in costs.FUSION_PATHS)
     moved = {p: r["forward_bytes"] + r["backward_bytes"] for p, r in by_path.items()}
     launches = {p: r["forward_moving"] + r["backward_moving"] for p, r in by_path.items()}
     flops = {p: r["forward_flops"] + r["backward_flops"] for p, r in by_path.items()}
@@ -919,7 +824,7 @@ def print_fusion_counts(rows: list[dict], big: dict):
 
 def print_fusion_times(times: dict, small: dict):
     """⏱ each path's time at the small layer, and why a CPU shows less than the counts."""
-    for path in FUSION_PATHS:
+    for path in costs.FUSION_PATHS:
         common.timing(f"d = {small['d']}, h = {small['h']}, S = {small['S']}, forward + backward "
                       f"on this CPU, {path:13}: {1e3 * times[path]:6.1f} ms "
                       f"({times['composed'] / times[path]:.2f}× the composed speed)")

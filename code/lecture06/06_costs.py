@@ -42,7 +42,7 @@ import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from lecture06 import kernels
+from lecture06 import costs, kernels
 from lecture05 import tensor
 from lecture06 import torch_ref, transformer
 from lecture06.threads import torch_threads
@@ -181,21 +181,6 @@ def show_parameters(args):
 
 
 # ---- Part 2 · §8.2 FLOPs per token ---------------------------------------------------------------
-FLOP_TERMS = ["QKV projections", "W_O", "attention (QKᵀ, AV)", "FFN", "output layer"]
-
-
-def flop_formula(n_embd, seq_len, n_layers=1, n_vocab=0, middle_dim=None, ffn_matrices=2,
-                 **_) -> dict:
-    """Matmul FLOPs (2 per multiply-add) of one forward over a sequence of seq_len tokens.
-    Per layer 24·S·d² + 4·S²·d with m = 4d; plus 2·S·d·V for the output layer."""
-    S, d, L = seq_len, n_embd, n_layers
-    m = middle_dim or 4 * d
-    terms = [L * 6 * S * d * d, L * 2 * S * d * d, L * 4 * S * S * d,
-             L * ffn_matrices * 2 * S * d * m,
-             2 * S * d * n_vocab]
-    return dict(zip(FLOP_TERMS, terms))
-
-
 def count_flops(model, seq_len: int) -> dict:
     """torch.utils.flop_counter.FlopCounterMode over one forward on the meta device, attributed to
     the formula's terms through the module names the counter reports."""
@@ -206,7 +191,7 @@ def count_flops(model, seq_len: int) -> dict:
         else:
             model(torch.empty(1, seq_len, model.ln_1.weights.shape[0]))
     flops = {name: sum(per_op.values()) for name, per_op in counter.get_flop_counts().items()}
-    terms = dict.fromkeys(FLOP_TERMS, 0)
+    terms = dict.fromkeys(costs.FLOP_TERMS, 0)
     for name, n in flops.items():
         last = name.split(".")[-1]
         if last in ("q_projection", "k_projection", "v_projection"):
@@ -227,7 +212,7 @@ def count_flops(model, seq_len: int) -> dict:
 
 
 def flops_per_token(cfg=GPT2_SMALL, seq_len: int = 1024) -> dict:
-    formula = flop_formula(seq_len=seq_len, **cfg)
+    formula = costs.flop_formula(seq_len=seq_len, **cfg)
     counted = count_flops(meta_model(**cfg), seq_len)
     total = sum(formula.values())
     n_params = sum(parameter_formula(**cfg).values())
@@ -253,14 +238,14 @@ def show_flops(args):
     common.table([[term, expr, f"{r['formula'][term]:,}", f"{r['counted'][term]:,}",
                    "yes" if r["formula"][term] == r["counted"][term] else "NO",
                    f"{r['formula'][term] / n / 1e6:.1f}", f"{100 * r['shares'][term]:.1f}%"]
-                  for term, expr in zip(FLOP_TERMS, expressions)]
+                  for term, expr in zip(costs.FLOP_TERMS, expressions)]
                  + [["total", "", f"{r['total']:,}", f"{r['counted_total']:,}",
                      "yes" if r["total"] == r["counted_total"] else "NO",
                      f"{r['per_token'] / 1e6:.1f}", "100%"]],
                  headers=["term", "formula", "formula FLOPs", "counter FLOPs", "equal",
                           "MFLOPs/token", "share"],
                  disable_numparse=True)
-    four = sum(r["shares"][term] for term in FLOP_TERMS if term != "W_O")
+    four = sum(r["shares"][term] for term in costs.FLOP_TERMS if term != "W_O")
     common.note("(the counter counts 2 FLOPs per multiply-add and matmuls only; the notes' four "
                 f"shares, QKV, attention, FFN and output layer, add up to {100 * four:.1f}%: they "
                 f"leave out W_O's {100 * r['shares']['W_O']:.1f}%)")
@@ -279,11 +264,11 @@ def show_flops(args):
 def draw_flops_vs_n(figures_dir, cfg=GPT2_SMALL):
     import matplotlib.pyplot as plt
     ns = 2 ** np.arange(6, 17)
-    per_token = np.array([[v / n / 1e6 for v in flop_formula(seq_len=int(n),
+    per_token = np.array([[v / n / 1e6 for v in costs.flop_formula(seq_len=int(n),
                                                              **cfg).values()] for n in ns])
     fig, (ax, ax_share) = plt.subplots(1, 2, figsize=(11, 4))
     colours = ["#4c72b0", "#8172b3", "#c44e52", "#55a868", "#ccb974"]
-    ax.stackplot(ns, per_token.T, labels=FLOP_TERMS, colors=colours, alpha=0.9)
+    ax.stackplot(ns, per_token.T, labels=costs.FLOP_TERMS, colors=colours, alpha=0.9)
     ax_share.stackplot(ns, 100 * (per_token / per_token.sum(1, keepdims=True)).T, colors=colours,
                        alpha=0.9)
     for a in (ax, ax_share):
@@ -305,17 +290,12 @@ def draw_flops_vs_n(figures_dir, cfg=GPT2_SMALL):
 
 
 # ---- Part 3 · §8.3 where n² takes over -----------------------------------------------------------
-def _attention_share(flops: dict) -> float:
-    layer = sum(v for k, v in flops.items() if k in FLOP_TERMS[:4])
-    return flops["attention (QKᵀ, AV)"] / layer
-
-
 def crossover(models=(("GPT-2 small", 768, 12), ("LLaMA-7B", 4096, 32))) -> list[dict]:
     """n where a layer's attention matmuls (4·n·d per token) equal the rest (24·d² per token), from
     the formula; the counter checks it on one torch_ref layer (meta) at that n (exercise 6)."""
     rows = []
     for name, d, h in models:
-        per_token = flop_formula(n_embd=d, seq_len=1)
+        per_token = costs.flop_formula(n_embd=d, seq_len=1)
         # 24d² / 4d
         n_star = (per_token["QKV projections"] + per_token["W_O"] + per_token["FFN"]) // (4 * d)
         with torch.device("meta"):
@@ -336,9 +316,10 @@ def llama_attention_share(seq_lens=(2048, 32768, 131072), cfg=LLAMA_7B) -> list[
         layer = torch_ref.TransformerLayer(cfg["n_embd"], cfg["n_head"], bias=False)
     rows = []
     for n in seq_lens:
-        rows.append(dict(n=n, share=_attention_share(flop_formula(n_embd=cfg["n_embd"], seq_len=n)),
-                         share_counter=_attention_share(count_flops(layer, n)),
-                         share_swiglu=_attention_share(flop_formula(
+        share = costs.attention_share(costs.flop_formula(n_embd=cfg["n_embd"], seq_len=n))
+        rows.append(dict(n=n, share=share,
+                         share_counter=costs.attention_share(count_flops(layer, n)),
+                         share_swiglu=costs.attention_share(costs.flop_formula(
                              n_embd=cfg["n_embd"], seq_len=n, middle_dim=cfg["middle_dim"],
                              ffn_matrices=3))))
     return rows
@@ -390,16 +371,6 @@ def saved_activations(seq_len: int, n_embd: int = 64, n_head: int = 4, p_dropout
     return list(saved.values())
 
 
-def exact_saved_floats(S: int, d: int, h: int, p_dropout: float = 0.0) -> int:
-    """What the layer saves, in float32 elements: 16·S·d + h·S² + 4·S without dropout. With dropout
-    (CPU: each mask is a float tensor the multiply keeps for backward) also the masks of the
-    attention output and the FFN output (2·S·d), the attention weights' mask and the dropped weights
-    that AV's backward needs (2·h·S²; the softmax output stays for softmax's backward)."""
-    if p_dropout == 0:
-        return 16 * S * d + h * S * S + 4 * S
-    return 18 * S * d + 3 * h * S * S + 4 * S
-
-
 def activation_memory(seq_lens=(16, 32, 64, 128, 256, 512), n_embd: int = 64, n_head: int = 4,
                       p_dropout: float = 0.0) -> dict:
     d, h = n_embd, n_head
@@ -410,7 +381,7 @@ def activation_memory(seq_lens=(16, 32, 64, 128, 256, 512), n_embd: int = 64, n_
         # floats -> how many
         sizes = Counter(t.untyped_storage().nbytes() // t.element_size() for t in saved)
         rows.append(dict(S=S, bytes=nbytes, floats=nbytes // 4,
-                         exact=exact_saved_floats(S, d, h, p_dropout),
+                         exact=costs.exact_saved_floats(S, d, h, p_dropout),
                          storages=len(saved), sizes=dict(sizes)))
     A = np.array([[r["S"] * d, h * r["S"] ** 2] for r in rows], dtype=np.float64)
     (a, b), *_ = np.linalg.lstsq(A, np.array([r["floats"] for r in rows], dtype=np.float64),
@@ -557,11 +528,12 @@ def attention_time_share(seq_lens=(128, 512, 2048), n_embd: int = 256, n_head: i
             torch.manual_seed(mask_seed)
             t_layer, t_core, checksum = _timed_forwards(layer, x, in_core, repeats, budget)
             shares = [c / t for c, t in zip(t_core, t_layer)]
+            flops = costs.flop_formula(n_embd=n_embd, seq_len=S)
             rows.append(dict(S=S, t_layer=statistics.median(t_layer),
                              t_core=statistics.median(t_core),
                              time_share=statistics.median(shares), runs=len(t_layer),
                              core_calls=len(in_core),
-                             flop_share=_attention_share(flop_formula(n_embd=n_embd, seq_len=S)),
+                             flop_share=costs.attention_share(flops),
                              training=layer.training, p_dropout=p_dropout, checksum=checksum))
     return rows
 
@@ -675,8 +647,8 @@ def show_flash_memory(args):
     rows = r["rows"]
 
     def formulas(S):  # the exact counts, in elements: fused, flash, torch's layer with SDPA
-        return (16 * S * d + h * S * S + 4 * S, 16 * S * d + 2 * h * S + 4 * S,
-                16 * S * d + h * S + 4 * S)
+        flash = costs.flash_saved_floats(S, d, h)
+        return costs.exact_saved_floats(S, d, h), flash["tensor.py"], flash["torch SDPA"]
 
     def extra_flops(x):  # the flash backward's recomputation of q kᵀ
         return x["fused + flash"]["backward_flops"] - x["fused"]["backward_flops"]
@@ -760,142 +732,22 @@ def draw_flash_memory(r: dict, figures_dir):
 
 
 # ---- Part 7 · §8.3 and §13: Korthikanti et al.'s per-layer formula beside the measurement --------
-# Korthikanti et al. (2022), "Reducing Activation Recomputation in Large Transformer Models", §4.1:
-# one layer keeps s·b·h·(34 + 5·a·s/h) bytes, 16-bit activations and 1-byte dropout masks, with s
-# the sequence, b the batch, h the hidden size (our d) and a the heads (our h). Each term: (block,
-# what is kept, elements per s·b·h or per a·s²·b, the unit, their bytes per element).
-KORTHIKANTI_TERMS = [
-    ("attention", "QKV input (ln_1's output)", 1, "sbh", 2),
-    ("attention", "Q and K (for QKᵀ)", 2, "sbh", 2),
-    ("attention", "softmax output", 1, "as²b", 2),
-    ("attention", "softmax dropout mask", 1, "as²b", 1),
-    ("attention", "dropped weights (for AV)", 1, "as²b", 2),
-    ("attention", "V (for AV)", 1, "sbh", 2),
-    ("attention", "output projection input", 1, "sbh", 2),
-    ("attention", "attention dropout mask", 1, "sbh", 1),
-    ("MLP", "first linear input (ln_2's output)", 1, "sbh", 2),
-    ("MLP", "GELU input", 4, "sbh", 2),
-    ("MLP", "GELU output (second linear input)", 4, "sbh", 2),
-    ("MLP", "MLP dropout mask", 1, "sbh", 1),
-    ("LayerNorms", "LayerNorm inputs", 2, "sbh", 2),
-]
-LAYER_NORM_STATISTICS = "LayerNorm mean and 1/σ"   # kept by torch, left out of the formula
-KORTHIKANTI_BLOCKS = {"attention": "11·s·b·h + 5·a·s²·b", "MLP": "19·s·b·h",
-                      "LayerNorms": "4·s·b·h"}
-
-
-def korthikanti_terms(s: int, b: int, h: int, a: int) -> list[dict]:
-    """The formula's terms at this size: elements, and bytes in their precisions."""
-    units = {"sbh": s * b * h, "as²b": a * s * s * b}
-    return [dict(block=block, term=term, per_unit=n, unit=unit, their_bytes_per_element=size,
-                 elements=n * units[unit], their_bytes=n * units[unit] * size)
-            for block, term, n, unit, size in KORTHIKANTI_TERMS]
-
-
-def korthikanti_bytes(s: int, b: int, h: int, a: int) -> int:
-    """s·b·h·(34 + 5·a·s/h) in integers: 34·s·b·h + 5·a·s²·b."""
-    return 34 * s * b * h + 5 * a * s * s * b
-
-
-def saved_by_term(seq_len: int, n_embd: int = 64, n_head: int = 4, p_dropout: float = 0.1,
-                  dtype=torch.float32) -> dict:
-    """Part 4's measurement (saved_tensors_hooks, each storage once, parameters left out) of one
-    Pre-LN torch_ref layer in training mode, each storage named by the formula's term it serves
-    (_naming_hooks). Returns {term: [elements, bytes]} and the shapes of the storages no term
-    names."""
-    layer = torch_ref.TransformerLayer(n_embd, n_head, p_dropout=p_dropout).to(dtype).train()
-    names = {}
-    handles = [module.register_forward_hook(hook) for module, hook in _naming_hooks(layer, names)]
-    x = torch.randn(1, seq_len, n_embd, dtype=dtype, requires_grad=True)
-    saved = saved_storages(layer, x)
-    for handle in handles:
-        handle.remove()
-    by_term, unnamed = {}, []
-    for address, t in saved.items():
-        if address not in names:
-            unnamed.append(tuple(t.shape))
-            continue
-        entry = by_term.setdefault(names[address], [0, 0])
-        entry[0] += t.untyped_storage().nbytes() // t.element_size()
-        entry[1] += t.untyped_storage().nbytes()
-    return dict(by_term=by_term, unnamed=unnamed)
-
-
-def _naming_hooks(layer, names: dict) -> list[tuple]:
-    """[(submodule, forward hook)]: hooks that fill names {storage address: the formula's term}
-    from the submodules' inputs and outputs, and from the autograd node that keeps a dropout's mask
-    or a LayerNorm's statistics. A storage keeps the first name it gets."""
-    def name(term: str, t: torch.Tensor):
-        names.setdefault(t.untyped_storage().data_ptr(), term)
-
-    def layer_norm(output_term: str):
-        def hook(module, inputs, output):
-            name("LayerNorm inputs", inputs[0])
-            name(output_term, output)
-            name(LAYER_NORM_STATISTICS, output.grad_fn._saved_result1)        # mean
-            name(LAYER_NORM_STATISTICS, output.grad_fn._saved_result2)        # 1/σ
-        return hook
-
-    def dropout(mask_term: str, input_term: str | None = None, output_term: str | None = None):
-        def hook(module, inputs, output):
-            name(mask_term, output.grad_fn._saved_other)   # CPU: x · mask, and the mask kept
-            if input_term:
-                name(input_term, inputs[0])
-                name(output_term, output)
-        return hook
-
-    def output_is(term: str):
-        return lambda module, inputs, output: name(term, output)
-
-    def input_is(term: str):
-        return lambda module, inputs, output: name(term, inputs[0])
-
-    mha, ff = layer.attention, layer.ff
-    return [(layer.ln_1, layer_norm("QKV input (ln_1's output)")),
-            (layer.ln_2, layer_norm("first linear input (ln_2's output)")),
-            (mha.q_projection, output_is("Q and K (for QKᵀ)")),
-            (mha.k_projection, output_is("Q and K (for QKᵀ)")),
-            (mha.v_projection, output_is("V (for AV)")),
-            (mha.dropout, dropout("softmax dropout mask", "softmax output",
-                                  "dropped weights (for AV)")),
-            (mha.out_projection, input_is("output projection input")),
-            (mha.out_dropout, dropout("attention dropout mask")),
-            (ff.linear_in, output_is("GELU input")),
-            (ff.linear_out, input_is("GELU output (second linear input)")),
-            (ff.dropout, dropout("MLP dropout mask"))]
-
-
-def saved_storages(layer, x: torch.Tensor) -> dict:
-    """{storage address: a tensor on it}: what autograd keeps for the backward of layer(x), each
-    storage once, the layer's parameters left out."""
-    params = {p.untyped_storage().data_ptr() for p in layer.parameters()}
-    saved = {}
-
-    def pack(t):
-        if t.untyped_storage().data_ptr() not in params:
-            saved[t.untyped_storage().data_ptr()] = t   # holding t keeps its address unused
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        layer(x)
-    return saved
-
-
 def korthikanti_comparison(seq_len: int = 128, n_embd: int = 64, n_head: int = 4,
                            p_dropout: float = 0.1) -> dict:
     """The formula term by term at (s, b, h, a) = (S, 1, d, heads), beside part 4's layer measured
     in float32 and cast to bfloat16 (16-bit, as the paper's), and tensor.py's own float64 layer
     (fused primitives, its dropout) in total."""
     S, d, h = seq_len, n_embd, n_head
-    measured = {dtype: saved_by_term(S, d, h, p_dropout, dtype)
+    measured = {dtype: costs.saved_by_term(S, d, h, p_dropout, dtype)
                 for dtype in (torch.float32, torch.bfloat16)}
     transformer.set_seed(0)
     ours = transformer.TransformerLayer(d, h, p_dropout=p_dropout)
     x = tensor.Tensor(np.random.default_rng(0).standard_normal((1, S, d)), requires_grad=True)
     with kernels.fused():
         tensor_py = tensor.saved_bytes(ours(x), exclude=ours.parameters())
-    return dict(S=S, b=1, d=d, h=h, p_dropout=p_dropout, terms=korthikanti_terms(S, 1, d, h),
-                formula=korthikanti_bytes(S, 1, d, h), float32=measured[torch.float32],
+    return dict(S=S, b=1, d=d, h=h, p_dropout=p_dropout,
+                terms=costs.korthikanti_terms(S, 1, d, h),
+                formula=costs.korthikanti_bytes(S, 1, d, h), float32=measured[torch.float32],
                 bfloat16=measured[torch.bfloat16], tensor_py=tensor_py)
 
 
@@ -916,9 +768,9 @@ def show_korthikanti(args):
         rows.append([t["block"], t["term"], f"{t['per_unit']}·{t['unit']}", f"{t['elements']:,}",
                      f"{t['their_bytes']:,}", f"{mine[0]:,}", f"{mine[1]:,}", f"{half[1]:,}",
                      f"{mine[1] / t['their_bytes']:.0f}×"])
-    stats = f32.get(LAYER_NORM_STATISTICS, [0, 0])
-    stats_half = bf16.get(LAYER_NORM_STATISTICS, [0, 0])
-    rows.append(["(not counted)", LAYER_NORM_STATISTICS, "", "0", "0", f"{stats[0]:,}",
+    stats = f32.get(costs.LAYER_NORM_STATISTICS, [0, 0])
+    stats_half = bf16.get(costs.LAYER_NORM_STATISTICS, [0, 0])
+    rows.append(["(not counted)", costs.LAYER_NORM_STATISTICS, "", "0", "0", f"{stats[0]:,}",
                  f"{stats[1]:,}", f"{stats_half[1]:,}", ""])
     common.table(rows, headers=["block", "kept for backward", "elements (formula)", "elements",
                                 "their bytes", "measured elements", "float32 bytes",
@@ -934,16 +786,16 @@ def print_korthikanti_blocks(r: dict):
     S, b = r["S"], r["b"]
     f32, bf16 = r["float32"]["by_term"], r["bfloat16"]["by_term"]
     rows = []
-    for block, expression in KORTHIKANTI_BLOCKS.items():
+    for block, expression in costs.KORTHIKANTI_BLOCKS.items():
         terms = [t["term"] for t in r["terms"] if t["block"] == block]
         theirs = sum(t["their_bytes"] for t in r["terms"] if t["block"] == block)
         mine = sum(f32.get(term, [0, 0])[1] for term in terms)
         half = sum(bf16.get(term, [0, 0])[1] for term in terms)
         rows.append([block, expression, f"{theirs:,}", f"{mine:,}", f"{half:,}",
                      f"{mine / theirs:.2f}"])
-    stats = {key: r[key]["by_term"].get(LAYER_NORM_STATISTICS, [0, 0])[1]
+    stats = {key: r[key]["by_term"].get(costs.LAYER_NORM_STATISTICS, [0, 0])[1]
              for key in ("float32", "bfloat16")}
-    rows.append(["(not counted)", LAYER_NORM_STATISTICS, "0", f"{stats['float32']:,}",
+    rows.append(["(not counted)", costs.LAYER_NORM_STATISTICS, "0", f"{stats['float32']:,}",
                  f"{stats['bfloat16']:,}", ""])
     total = {key: sum(v[1] for v in r[key]["by_term"].values()) for key in ("float32", "bfloat16")}
     rows.append(["layer", "s·b·h·(34 + 5·a·s/h)", f"{r['formula']:,}", f"{total['float32']:,}",
@@ -955,7 +807,7 @@ def print_korthikanti_blocks(r: dict):
                for term, n in elements.items())
     unnamed = r["float32"]["unnamed"] + r["bfloat16"]["unnamed"]
     masks = sum(t["elements"] for t in r["terms"] if t["their_bytes_per_element"] == 1)
-    stats = f32.get(LAYER_NORM_STATISTICS, [0, 0])[0]
+    stats = f32.get(costs.LAYER_NORM_STATISTICS, [0, 0])[0]
     common.note(f"Every tensor the formula counts, torch's autograd keeps, element for element "
                 f"({'at every term' if same else 'NOT at every term'}; "
                 + ("no storage left unnamed" if not unnamed else f"unnamed: {unnamed}")
